@@ -1,0 +1,39 @@
+"""Attribution estimators: the causal probe (`loo`) and the estimators it is validated against."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ascp.attribution.base import Estimator, free_threshold, normalize, used_mask
+from ascp.errors import AscpError
+
+
+def _registry() -> dict[str, Callable[..., Estimator]]:
+    from ascp.attribution.contextcite import ContextCite
+    from ascp.attribution.hierarchical import HierarchicalLOO
+    from ascp.attribution.loo import LeaveOneOut, Replacement
+    from ascp.attribution.proxies import BM25Proxy, CosineProxy
+
+    return {
+        "loo": LeaveOneOut,
+        "replace": Replacement,
+        "hierarchical": HierarchicalLOO,
+        "contextcite": ContextCite,
+        "bm25": BM25Proxy,
+        "qd-cosine": lambda **kw: CosineProxy("question", **kw),
+        "yd-cosine": lambda **kw: CosineProxy("response", **kw),
+    }
+
+
+ESTIMATOR_NAMES = ("loo", "replace", "hierarchical", "contextcite", "bm25", "qd-cosine", "yd-cosine")
+
+
+def make_estimator(name: str, **options) -> Estimator:
+    """Build an estimator by its canonical name; unknown names raise a one-sentence `AscpError`."""
+    registry = _registry()
+    if name not in registry:
+        raise AscpError(f"unknown estimator {name!r}; choose one of {', '.join(ESTIMATOR_NAMES)}.")
+    return registry[name](**options)
+
+
+__all__ = ["ESTIMATOR_NAMES", "Estimator", "free_threshold", "make_estimator", "normalize", "used_mask"]

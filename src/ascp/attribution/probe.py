@@ -1,0 +1,88 @@
+"""Run an estimator over attribution requests: the fixed-target and the free protocol.
+
+Fixed target: the request carries the response; it is tokenised and scored as given.
+Free protocol: `response` is None; the model first samples it (batched across requests, one
+seed per request derived from the run seed and the request id), then the generated token ids
+themselves (without the end-of-turn token) are scored.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ascp.attribution.base import Estimator, ProbeInput, free_threshold, normalize, used_mask
+from ascp.errors import AscpError
+from ascp.lm.generation import SamplingConfig, derive_seed, generate
+from ascp.prompts import PromptTemplate
+from ascp.types import AttributionRequest, AttributionResult
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    template: PromptTemplate = PromptTemplate()
+    sampling: SamplingConfig = SamplingConfig()
+    seed: int = 0
+    # None: the free-generation threshold tau(k) = 0.555 k^-0.633; a number: a fixed threshold.
+    threshold: float | None = None
+    batch_size: int = 8
+
+
+def prepare_inputs(
+    lm, requests: Sequence[AttributionRequest], config: ProbeConfig,
+    progress: Callable[[int], None] | None = None,
+) -> list[ProbeInput]:
+    """Encode prompts, check lengths, and generate the missing responses (free protocol)."""
+    prompts = [lm.encode_prompt(r.question, r.passages, config.template) for r in requests]
+    responses: list[tuple[str, tuple[int, ...]] | None] = []
+    for r, p in zip(requests, prompts, strict=True):
+        if r.response is None:
+            lm.check_fits(f"request {r.id!r}", p.num_tokens, config.sampling.max_new_tokens)
+            responses.append(None)
+            continue
+        ids = tuple(lm.encode(r.response))
+        if not ids:
+            raise AscpError(f"request {r.id!r}: the response tokenises to nothing; give a non-empty response.")
+        lm.check_fits(f"request {r.id!r}", p.num_tokens, len(ids))
+        responses.append((r.response, ids))
+    todo = [i for i, resp in enumerate(responses) if resp is None]
+    if todo:
+        gens = generate(
+            lm, [prompts[i].ids for i in todo], config.sampling,
+            [derive_seed(config.seed, requests[i].id) for i in todo], config.batch_size, on_batch=progress,
+        )
+        for i, g in zip(todo, gens, strict=True):
+            if not g.token_ids:
+                raise AscpError(
+                    f"request {requests[i].id!r}: the model generated an empty response; "
+                    "try another seed or give the response."
+                )
+            responses[i] = (g.text, g.token_ids)
+    return [
+        ProbeInput(r.question, r.passages, p, resp[0], resp[1])
+        for r, p, resp in zip(requests, prompts, responses, strict=True)
+    ]
+
+
+def attribute_one(lm, estimator: Estimator, request: AttributionRequest, item: ProbeInput, config: ProbeConfig):
+    """Score one prepared request and package the result."""
+    start = time.perf_counter()
+    raw = estimator.score(lm, item)
+    seconds = time.perf_counter() - start
+    ids = [p.id for p in request.passages]
+    norm = normalize(raw)
+    threshold = free_threshold(len(ids)) if config.threshold is None else config.threshold
+    used = used_mask(norm, threshold)
+    return AttributionResult(
+        id=request.id,
+        estimator=estimator.name,
+        response=item.response_text,
+        response_tokens=len(item.response_ids),
+        scores={d: float(s) for d, s in zip(ids, raw, strict=True)},
+        normalized={d: float(s) for d, s in zip(ids, norm, strict=True)},
+        used=tuple(d for d, u in zip(ids, used, strict=True) if u),
+        prompt=item.prompt.text,
+        passage_spans=item.prompt.passage_char_spans(),
+        seconds=seconds,
+    )

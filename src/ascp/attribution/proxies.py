@@ -1,0 +1,49 @@
+"""Relevance proxies the probe is validated against: BM25 and embedding cosines.
+
+`bm25`: BM25 (bm25s, Lucene variant, k1 = 1.5, b = 0.75) of each passage for the question,
+with the passages of the request as the collection. `qd-cosine`: cosine between question and
+passage embeddings. `yd-cosine`: cosine between response and passage embeddings. Passages are
+embedded as "title: text" (or the text alone when untitled).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ascp.attribution.base import Estimator, ProbeInput
+from ascp.embed import DEFAULT_EMBEDDER, embed
+
+
+def passage_text(p) -> str:
+    return f"{p.title}: {p.text}" if p.title.strip() else p.text
+
+
+class BM25Proxy(Estimator):
+    name = "bm25"
+    uses_model = False
+
+    def score(self, lm, item: ProbeInput) -> np.ndarray:
+        import bm25s
+
+        corpus = bm25s.tokenize([passage_text(p) for p in item.passages], stopwords="en", show_progress=False)
+        retriever = bm25s.BM25(k1=1.5, b=0.75)
+        retriever.index(corpus, show_progress=False)
+        query = bm25s.tokenize([item.question], stopwords="en", show_progress=False, return_ids=False)[0]
+        # get_scores takes the query as a list of token strings known to the index vocabulary.
+        return np.asarray(retriever.get_scores(query), dtype=np.float64)
+
+
+class CosineProxy(Estimator):
+    uses_model = False
+
+    def __init__(self, against: str, embedder: str = DEFAULT_EMBEDDER) -> None:
+        if against not in {"question", "response"}:
+            raise ValueError("against must be 'question' or 'response'")
+        self.against = against
+        self.embedder = embedder
+        self.name = "qd-cosine" if against == "question" else "yd-cosine"
+
+    def score(self, lm, item: ProbeInput) -> np.ndarray:
+        anchor = item.question if self.against == "question" else item.response_text
+        vectors = embed([anchor, *(passage_text(p) for p in item.passages)], self.embedder)
+        return vectors[1:] @ vectors[0]

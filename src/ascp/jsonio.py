@@ -1,0 +1,65 @@
+"""JSONL in and out: line-numbered parse errors, and atomic writes (temporary file, then rename)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from ascp.errors import AscpError
+
+
+def read_jsonl(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
+    """Parse a JSONL file into (line number, object) pairs; blank lines are skipped."""
+    path = Path(path)
+    if not path.is_file():
+        raise AscpError(f"input file {path} does not exist or is not a file; pass an existing JSONL file.")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AscpError(f"cannot read {path} as UTF-8 text ({exc.__class__.__name__}); check the file.") from exc
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise AscpError(
+                f"{path}:{number} is not valid JSON ({exc.msg} at column {exc.colno}); "
+                "each line must be one JSON object."
+            ) from exc
+        if not isinstance(obj, dict):
+            raise AscpError(f"{path}:{number} is a JSON {type(obj).__name__}, not an object; write one object per line.")
+        rows.append((number, obj))
+    if not rows:
+        raise AscpError(f"{path} holds no JSON lines; add at least one request.")
+    return rows
+
+
+@contextlib.contextmanager
+def atomic_writer(path: str | Path) -> Iterator[Any]:
+    """Open a temporary file beside `path`; rename it over `path` only if the block succeeds."""
+    path = Path(path)
+    if path.parent and not path.parent.exists():
+        raise AscpError(f"output folder {path.parent} does not exist; create it first.")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            yield handle
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
+    """Write all records atomically, one JSON object per line."""
+    with atomic_writer(path) as handle:
+        for record in records:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")

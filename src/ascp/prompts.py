@@ -1,0 +1,65 @@
+"""Prompt text: instructions and passage blocks with immutable identifiers.
+
+A prompt is kept as segments so that the probe can drop or replace one passage block and
+rebuild every ablated prompt exactly:
+
+    prefix = chat head + instruction      (segment 0)
+    block_i = "[<passage id>] <title>\\n<text>\\n\\n"   (segments 1..k, in context order)
+    tail   = "Question: <question>" + chat tail (up to the assistant turn)
+
+The identifier inside a block is the passage's own id, never its position, so removing one
+passage leaves every other block byte-for-byte unchanged (Sec. 4.1: no citation renumbering).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ascp.errors import AscpError
+from ascp.types import Passage
+
+INSTRUCTIONS: dict[str, str] = {
+    # The paper's primary instruction: commit to one supported reading and answer it.
+    "commit": (
+        "Answer the question using the passages below. Commit to one interpretation of the "
+        "question and give a short, direct answer grounded in the passages."
+    ),
+    # The paper's integrate baseline (Table 16): enumerate every supported interpretation.
+    "integrate": (
+        "Answer the question using the passages below. If the question is ambiguous, list every "
+        "interpretation the passages support, each with its answer."
+    ),
+}
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    """How a question and its passages become user-message text."""
+
+    instruction: str = INSTRUCTIONS["commit"]
+    passage_format: str = "[{id}] {title}\n{text}\n\n"
+    untitled_passage_format: str = "[{id}]\n{text}\n\n"
+    question_format: str = "Question: {question}"
+
+    @classmethod
+    def named(cls, name: str) -> PromptTemplate:
+        """A template with one of the named instructions (`commit`, `integrate`)."""
+        if name not in INSTRUCTIONS:
+            raise AscpError(f"unknown instruction {name!r}; choose one of {', '.join(INSTRUCTIONS)}.")
+        return cls(instruction=INSTRUCTIONS[name])
+
+    def instruction_text(self) -> str:
+        return self.instruction.strip() + "\n\n"
+
+    def passage_block(self, passage: Passage) -> str:
+        fmt = self.passage_format if passage.title.strip() else self.untitled_passage_format
+        return fmt.format(id=passage.id, title=passage.title.strip(), text=passage.text.strip())
+
+    def question_text(self, question: str) -> str:
+        return self.question_format.format(question=question.strip())
+
+    def user_message(self, question: str, passages: Sequence[Passage]) -> str:
+        """The whole user message as one string (what the model is shown)."""
+        blocks = "".join(self.passage_block(p) for p in passages)
+        return self.instruction_text() + blocks + self.question_text(question)

@@ -1,0 +1,69 @@
+"""Parse and validate `ascp attribute` input lines into `AttributionRequest`s.
+
+Line format: {"id": str, "question": str, "passages": [{"id": str, "title": str (optional),
+"text": str}, ...], "response": str or null}. The order of `passages` is the context order.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ascp.errors import AscpError
+from ascp.jsonio import read_jsonl
+from ascp.types import AttributionRequest, Passage
+
+
+def _text(where: str, obj: dict[str, Any], key: str, required: bool = True) -> str:
+    value = obj.get(key)
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str):
+        raise AscpError(f"{where}: field {key!r} must be a string, got {type(value).__name__}.")
+    return value
+
+
+def parse_request(where: str, obj: dict[str, Any]) -> AttributionRequest:
+    """Validate one request object; `where` names it in error messages (e.g. 'requests.jsonl:3')."""
+    rid = obj.get("id")
+    if not isinstance(rid, (str, int)) or str(rid) == "":
+        raise AscpError(f"{where}: field 'id' must be a non-empty string.")
+    question = _text(where, obj, "question")
+    if not question.strip():
+        raise AscpError(f"{where}: the question is empty; every request needs a question.")
+    raw_passages = obj.get("passages")
+    if not isinstance(raw_passages, list) or not raw_passages:
+        raise AscpError(f"{where}: the passage list is empty or missing; give at least one passage.")
+    passages: list[Passage] = []
+    seen: set[str] = set()
+    for j, p in enumerate(raw_passages):
+        if not isinstance(p, dict):
+            raise AscpError(f"{where}: passage {j} must be an object with 'id' and 'text'.")
+        pid = p.get("id")
+        if not isinstance(pid, (str, int)) or str(pid) == "":
+            raise AscpError(f"{where}: passage {j} has no 'id'; every passage needs a unique id.")
+        pid = str(pid)
+        if pid in seen:
+            raise AscpError(f"{where}: passage id {pid!r} appears twice; passage ids must be unique.")
+        seen.add(pid)
+        text = _text(f"{where} passage {pid!r}", p, "text")
+        if not text.strip():
+            raise AscpError(f"{where}: passage {pid!r} has empty text.")
+        passages.append(Passage(id=pid, text=text, title=_text(where, p, "title", required=False)))
+    response = obj.get("response")
+    if response is not None:
+        if not isinstance(response, str):
+            raise AscpError(f"{where}: 'response' must be a string or null, got {type(response).__name__}.")
+        if not response.strip():
+            raise AscpError(f"{where}: the response is empty; give a response or null to generate one.")
+    return AttributionRequest(id=str(rid), question=question, passages=tuple(passages), response=response)
+
+
+def load_requests(path: str | Path) -> list[AttributionRequest]:
+    """Read and validate every request; the first problem raises with its line number."""
+    requests = [parse_request(f"{path}:{n}", obj) for n, obj in read_jsonl(path)]
+    ids = [r.id for r in requests]
+    dup = next((i for i in ids if ids.count(i) > 1), None)
+    if dup is not None:
+        raise AscpError(f"{path}: request id {dup!r} appears more than once; request ids must be unique.")
+    return requests
