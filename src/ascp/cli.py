@@ -6,18 +6,38 @@ traceback, and no partial output file.
 
 from __future__ import annotations
 
-import sys
+import contextlib
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
 from ascp.errors import AscpError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Evidence-aware portfolio RAG: probe, schedule, steer.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Evidence-aware portfolio RAG: probe, schedule, steer.",
+)
 err = Console(stderr=True)
 out = Console()
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn an `AscpError` into one sentence on stderr and exit code 2 (no traceback)."""
+    try:
+        yield
+    except AscpError as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        err.print("interrupted; nothing was written.")
+        raise typer.Exit(130) from None
 
 
 def _progress():
@@ -75,58 +95,55 @@ def run_attribution(
         print_results(out, requests, results)
 
 
+Input = Annotated[Path, typer.Option("--input", help="JSONL of requests: id, question, passages, response (or null).")]
+EstimatorOpt = Annotated[
+    str, typer.Option("--estimator", help="loo, replace, hierarchical, contextcite, bm25, qd-cosine or yd-cosine.")
+]
+OutOpt = Annotated[Path, typer.Option("--out", help="Output JSONL, one result per request (written atomically).")]
+ModelOpt = Annotated[
+    str,
+    typer.Option("--model", help="'default' (embedded SmolLM2-135M), a model folder, a .gguf file or a cached hub id."),
+]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for free-protocol generation and ContextCite masks.")]
+ThresholdOpt = Annotated[
+    float | None,
+    typer.Option("--threshold", help="Fixed 'used' threshold on normalised scores; default tau(k) = 0.555 k^-0.633."),
+]
+
+
 @app.command()
 def attribute(
-    input: Path = typer.Option(..., "--input", help="JSONL of requests: id, question, passages, response (or null)."),
-    estimator: str = typer.Option("loo", "--estimator", help="loo, replace, hierarchical, contextcite, bm25, qd-cosine, yd-cosine."),
-    out_path: Path = typer.Option(..., "--out", help="Output JSONL, one result per request (written atomically)."),
-    model: str = typer.Option("default", "--model", help="'default' (embedded SmolLM2-135M), a model folder, a .gguf file or a cached hub id."),
-    seed: int = typer.Option(0, "--seed", help="Seed for free-protocol generation and ContextCite masks."),
-    max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Generation limit (free protocol)."),
-    temperature: float = typer.Option(0.7, "--temperature"),
-    top_p: float = typer.Option(1.0, "--top-p"),
-    threshold: float | None = typer.Option(None, "--threshold", help="Fixed 'used' threshold on normalised scores; default tau(k)=0.555 k^-0.633."),
-    instruction: str = typer.Option("commit", "--instruction", help="commit or integrate."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
-    show: bool = typer.Option(False, "--show", help="Also print a table per request."),
+    input: Input,
+    out_path: OutOpt,
+    estimator: EstimatorOpt = "loo",
+    model: ModelOpt = "default",
+    seed: SeedOpt = 0,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Generation limit (free protocol).")] = 128,
+    temperature: Annotated[float, typer.Option("--temperature")] = 0.7,
+    top_p: Annotated[float, typer.Option("--top-p")] = 1.0,
+    threshold: ThresholdOpt = None,
+    instruction: Annotated[str, typer.Option("--instruction", help="commit or integrate.")] = "commit",
+    device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
+    show: Annotated[bool, typer.Option("--show", help="Also print a table per request.")] = False,
 ) -> None:
     """Score how much a fixed (or freshly generated) response relied on each passage."""
-    run_attribution(input, estimator, model, seed, out_path, max_new_tokens, temperature, top_p,
-                    threshold, instruction, device, show)
+    with user_errors():
+        run_attribution(input, estimator, model, seed, out_path, max_new_tokens, temperature, top_p,
+                        threshold, instruction, device, show)
 
 
 @app.command()
-def demo(
-    model: str = typer.Option("default", "--model"),
-    estimator: str = typer.Option("loo", "--estimator"),
-    seed: int = typer.Option(0, "--seed"),
-) -> None:
+def demo(model: ModelOpt = "default", estimator: EstimatorOpt = "loo", seed: SeedOpt = 0) -> None:
     """Run the causal probe on a small bundled example and print it as tables."""
     path = Path(str(resources.files("ascp") / "resources" / "demo_requests.jsonl"))
-    out.print(f"[bold]ascp demo[/bold]: leave-one-out attribution with model {model!r} on {path.name}\n")
-    run_attribution(path, estimator, model, seed, None, 48, 0.7, 1.0, None, "commit", "auto", True)
+    out.print(f"[bold]ascp demo[/bold]: {estimator} attribution with model {model!r} on {path.name}\n")
+    with user_errors():
+        run_attribution(path, estimator, model, seed, None, 48, 0.7, 1.0, None, "commit", "auto", True)
 
 
 def main() -> None:
-    try:
-        app(standalone_mode=False)
-    except AscpError as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        err.print("interrupted; nothing was written.")
-        sys.exit(130)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except Exception as exc:  # click usage errors carry their own exit code
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Abort):
-            sys.exit(1)
-        raise
+    """Console-script entry point (typer handles usage errors with exit code 2)."""
+    app()
 
 
 if __name__ == "__main__":

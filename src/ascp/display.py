@@ -13,7 +13,9 @@ from ascp.types import AttributionRequest, AttributionResult
 def attribution_table(request: AttributionRequest, result: AttributionResult) -> Table:
     """One table per request: passages in context order with raw and normalised scores."""
     unit = "nats/token" if result.estimator in {"loo", "replace", "hierarchical", "contextcite"} else "score"
-    table = Table(title=f"{request.id}: {request.question}", caption=f"response: {result.response}", title_justify="left")
+    table = Table(
+        title=f"{request.id}: {request.question}", caption=f"response: {result.response}", title_justify="left"
+    )
     table.add_column("passage")
     table.add_column("title")
     table.add_column(f"{result.estimator} ({unit})", justify="right")

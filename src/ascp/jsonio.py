@@ -34,7 +34,9 @@ def read_jsonl(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
                 "each line must be one JSON object."
             ) from exc
         if not isinstance(obj, dict):
-            raise AscpError(f"{path}:{number} is a JSON {type(obj).__name__}, not an object; write one object per line.")
+            raise AscpError(
+                f"{path}:{number} is a JSON {type(obj).__name__}, not an object; write one object per line."
+            )
         rows.append((number, obj))
     if not rows:
         raise AscpError(f"{path} holds no JSON lines; add at least one request.")

@@ -18,6 +18,8 @@ def _text(where: str, obj: dict[str, Any], key: str, required: bool = True) -> s
     value = obj.get(key)
     if value is None and not required:
         return ""
+    if key not in obj:
+        raise AscpError(f"{where}: the field {key!r} is missing.")
     if not isinstance(value, str):
         raise AscpError(f"{where}: field {key!r} must be a string, got {type(value).__name__}.")
     return value

@@ -99,7 +99,10 @@ def resolve_model_dir(spec: str) -> str:
 
 
 def load_language_model(spec: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto") -> HFLanguageModel:
-    """Load a causal LM offline. `device`: auto|cpu|cuda[:n]; `dtype`: auto (fp32 on CPU, bf16 on GPU)|float32|bfloat16|float16."""
+    """Load a causal LM offline.
+
+    `device`: auto | cpu | cuda[:n]; `dtype`: auto (fp32 on CPU, bf16 on GPU) | float32 | bfloat16 | float16.
+    """
     _offline()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
