@@ -30,6 +30,9 @@ def embedded_minilm_dir() -> Path | None:
 def load_embedder(spec: str = DEFAULT_EMBEDDER, device: str = "cpu"):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from sentence_transformers import SentenceTransformer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
     if spec == DEFAULT_EMBEDDER:
         path = embedded_minilm_dir()

@@ -41,6 +41,7 @@ class PromptTemplate:
     passage_format: str = "[{id}] {title}\n{text}\n\n"
     untitled_passage_format: str = "[{id}]\n{text}\n\n"
     question_format: str = "Question: {question}"
+    earlier_format: str = "Earlier answers to this question (give a different one):\n{answers}\n\n"
 
     @classmethod
     def named(cls, name: str) -> PromptTemplate:
@@ -56,10 +57,15 @@ class PromptTemplate:
         fmt = self.passage_format if passage.title.strip() else self.untitled_passage_format
         return fmt.format(id=passage.id, title=passage.title.strip(), text=passage.text.strip())
 
-    def question_text(self, question: str) -> str:
-        return self.question_format.format(question=question.strip())
+    def question_text(self, question: str, earlier_outputs: Sequence[str] = ()) -> str:
+        """The tail of the user message; earlier outputs (Carriage) are listed before the question."""
+        earlier = ""
+        if earlier_outputs:
+            answers = "\n".join(f"- {' '.join(o.split())}" for o in earlier_outputs)
+            earlier = self.earlier_format.format(answers=answers)
+        return earlier + self.question_format.format(question=question.strip())
 
-    def user_message(self, question: str, passages: Sequence[Passage]) -> str:
+    def user_message(self, question: str, passages: Sequence[Passage], earlier_outputs: Sequence[str] = ()) -> str:
         """The whole user message as one string (what the model is shown)."""
         blocks = "".join(self.passage_block(p) for p in passages)
-        return self.instruction_text() + blocks + self.question_text(question)
+        return self.instruction_text() + blocks + self.question_text(question, earlier_outputs)

@@ -57,3 +57,61 @@ class AttributionResult:
             "seconds": round(self.seconds, 4),
             **self.extra,
         }
+
+
+@dataclass(frozen=True)
+class AnswerUnit:
+    """A gold answer unit: a set of aliases (string-matched), or a claim (NLI-matched tasks)."""
+
+    id: str
+    aliases: tuple[str, ...] = ()
+    claim: str | None = None
+
+
+@dataclass(frozen=True)
+class Case:
+    """One question with its ranked pool (rank order, best first) and gold answer units."""
+
+    id: str
+    question: str
+    pool: tuple[Passage, ...]
+    units: tuple[AnswerUnit, ...]
+    task: str = "generic"
+
+    def passage(self, passage_id: str) -> Passage:
+        for p in self.pool:
+            if p.id == passage_id:
+                return p
+        raise KeyError(passage_id)
+
+
+@dataclass(frozen=True)
+class Round:
+    """One generation of a portfolio: its context, response and probe reading."""
+
+    round: int  # 1-based
+    context: tuple[str, ...]  # passage ids in prompt order
+    response: str
+    response_tokens: int
+    scores: dict[str, float]
+    normalized: dict[str, float]
+    used: tuple[str, ...]
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Portfolio:
+    """The T rounds one policy produced for one case."""
+
+    case_id: str
+    policy: str
+    rounds: tuple[Round, ...]
+
+    @property
+    def offered(self) -> tuple[str, ...]:
+        """Distinct passage ids shown across rounds (O_T), in order of first appearance."""
+        seen: dict[str, None] = {}
+        for r in self.rounds:
+            for pid in r.context:
+                seen.setdefault(pid, None)
+        return tuple(seen)

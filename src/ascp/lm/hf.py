@@ -46,14 +46,18 @@ class HFLanguageModel:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
     def encode_prompt(
-        self, question: str, passages: Sequence[Passage], template: PromptTemplate | None = None
+        self,
+        question: str,
+        passages: Sequence[Passage],
+        template: PromptTemplate | None = None,
+        earlier_outputs: Sequence[str] = (),
     ) -> EncodedPrompt:
         """Chat-templated prompt as segments: [head + instruction, block_1..block_k, question + tail]."""
         template = template or PromptTemplate()
         texts = [
             self._head + template.instruction_text(),
             *(template.passage_block(p) for p in passages),
-            template.question_text(question) + self._tail,
+            template.question_text(question, earlier_outputs) + self._tail,
         ]
         return EncodedPrompt(
             segment_texts=tuple(texts),

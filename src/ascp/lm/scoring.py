@@ -93,6 +93,11 @@ class AblationScorer:
         """Score the response after full_prompt[:start] + prompt_suffix."""
         import torch
 
+        if self.reuse_prefix and start > 0 and not prompt_suffix:
+            # Everything from `start` on is deleted: the first response token is predicted from
+            # the last kept prompt token, so re-feed that token (same id, same position: exact).
+            start -= 1
+            prompt_suffix = self.prompt_ids[start : start + 1]
         fed_suffix = [*prompt_suffix, *self.response][:-1]
         if not self.reuse_prefix:
             ids = [*self.prompt_ids[:start], *fed_suffix]
