@@ -7,6 +7,7 @@ traceback, and no partial output file.
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
@@ -24,7 +25,8 @@ app = typer.Typer(
     help="Evidence-aware portfolio RAG: probe, schedule, steer.",
 )
 err = Console(stderr=True)
-out = Console()
+# Tables are wide; when output is not a terminal (CI logs, pipes) give rich room for them.
+out = Console() if sys.stdout.isatty() else Console(width=160)
 
 
 @contextlib.contextmanager
@@ -132,13 +134,104 @@ def attribute(
                         threshold, instruction, device, show)
 
 
+def _validate_run_args(policy: str, k: int, T: int, estimator: str) -> None:
+    from ascp.attribution import ESTIMATOR_NAMES
+    from ascp.schedulers import parse_scheduler
+
+    if k < 1 or T < 1:
+        raise AscpError(f"k and T must be at least 1 (got --k {k} --T {T}).")
+    parse_scheduler(policy)  # raises with the list of valid names
+    if estimator not in ESTIMATOR_NAMES:
+        raise AscpError(f"unknown estimator {estimator!r}; choose one of {', '.join(ESTIMATOR_NAMES)}.")
+
+
+def execute_run(
+    cases, policy: str, k: int, T: int, model: str, estimator: str, seed: int, max_new_tokens: int,
+    device: str, lm=None,
+):
+    """Run one policy over loaded cases with a progress bar; returns (portfolios, case rows, lm)."""
+    from ascp.embed import embed
+    from ascp.lm.generation import SamplingConfig
+    from ascp.lm.resolve import load_language_model
+    from ascp.loop import LoopConfig
+    from ascp.runner import run_policy
+
+    for case in cases:
+        if len(case.pool) < k:
+            raise AscpError(f"case {case.id!r}: its pool has {len(case.pool)} passages, fewer than k={k}.")
+    config = LoopConfig(policy=policy, k=k, T=T, estimator=estimator, seed=seed,
+                        sampling=SamplingConfig(max_new_tokens=max_new_tokens))
+    if lm is None:
+        with err.status(f"loading model {model!r}"):
+            lm = load_language_model(model, device=device)
+    with _progress() as bar:
+        task = bar.add_task(f"{policy} k={k} T={T}", total=len(cases) * T)
+        portfolios, rows = run_policy(lm, cases, config, embed, progress=lambda n: bar.advance(task, n))
+    return portfolios, rows, lm, config
+
+
 @app.command()
-def demo(model: ModelOpt = "default", estimator: EstimatorOpt = "loo", seed: SeedOpt = 0) -> None:
-    """Run the causal probe on a small bundled example and print it as tables."""
-    path = Path(str(resources.files("ascp") / "resources" / "demo_requests.jsonl"))
-    out.print(f"[bold]ascp demo[/bold]: {estimator} attribution with model {model!r} on {path.name}\n")
+def run(
+    data: Annotated[Path, typer.Option("--data", help="Cases: generic JSONL or an ALCE-style ASQA JSON file.")],
+    policy: Annotated[str, typer.Option("--policy", help="Scheduler: vanilla, rotate, mmr, xquad, pm2, dpp, "
+                                        "carriage, carriage-narrow, ascp (and ascp variants).")],
+    k: Annotated[int, typer.Option("--k", help="Passages per context.")],
+    T: Annotated[int, typer.Option("--T", help="Rounds (generations) per case.")],
+    out_dir: Annotated[Path, typer.Option("--out", help="Output folder: rounds.jsonl, cases.jsonl, summary.json.")],
+    format: Annotated[str, typer.Option("--format", help="auto, jsonl or asqa.")] = "auto",
+    model: ModelOpt = "default",
+    estimator: EstimatorOpt = "loo",
+    seed: SeedOpt = 0,
+    limit: Annotated[int | None, typer.Option("--limit", help="Use only the first N cases.")] = None,
+    rank_by: Annotated[str, typer.Option("--rank-by", help="Ranking of pools without comparable scores: "
+                                         "dense or bm25.")] = "dense",
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens")] = 64,
+    device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
+) -> None:
+    """Run T rounds of one scheduling policy on every case and write the portfolio with its metrics."""
     with user_errors():
-        run_attribution(path, estimator, model, seed, None, 48, 0.7, 1.0, None, "commit", "auto", True)
+        from ascp.data import load_cases
+        from ascp.display import summary_table
+        from ascp.runio import check_out_dir, write_run
+
+        _validate_run_args(policy, k, T, estimator)
+        if limit is not None and limit < 1:
+            raise AscpError(f"--limit must be at least 1, got {limit}.")
+        check_out_dir(out_dir)
+        cases = load_cases(data, format=format, rank_by=rank_by, limit=limit)
+        portfolios, rows, _, config = execute_run(cases, policy, k, T, model, estimator, seed, max_new_tokens, device)
+        run_config = {"data": str(data), "format": format, "rank_by": rank_by, "policy": policy, "k": k, "T": T,
+                      "model": model, "estimator": estimator, "seed": seed, "limit": limit,
+                      "sampling": config.sampling.__dict__}
+        summary = write_run(out_dir, cases, portfolios, rows, run_config)
+        out.print(summary_table({policy: summary["mean"]}, title=f"{data.name}: {len(rows)} cases, k={k}, T={T}"))
+        err.print(f"wrote {out_dir}/rounds.jsonl, cases.jsonl, summary.json")
+
+
+@app.command()
+def demo(
+    model: ModelOpt = "default",
+    seed: SeedOpt = 0,
+    k: Annotated[int, typer.Option("--k")] = 2,
+    T: Annotated[int, typer.Option("--T")] = 4,
+) -> None:
+    """Compare ascp, rotate and vanilla portfolios on the bundled demo set (embedded defaults)."""
+    with user_errors():
+        from ascp.data import load_cases
+        from ascp.display import portfolio_panel, summary_table
+        from ascp.runio import summarize
+
+        path = Path(str(resources.files("ascp") / "resources" / "demo_cases.jsonl"))
+        cases = load_cases(path, format="jsonl")
+        out.print(f"[bold]ascp demo[/bold]: {len(cases)} ambiguous questions, policies ascp / rotate / vanilla, "
+                  f"k={k}, T={T}, model {model!r}, causal LOO probe\n")
+        lm, means = None, {}
+        for policy in ("ascp", "rotate", "vanilla"):
+            portfolios, rows, lm, _ = execute_run(cases, policy, k, T, model, "loo", seed, 48, "auto", lm=lm)
+            for case, portfolio, row in zip(cases, portfolios, rows, strict=True):
+                out.print(portfolio_panel(case, portfolio, row))
+            means[policy] = summarize(rows)
+        out.print(summary_table(means, title="demo: mean over questions"))
 
 
 def main() -> None:

@@ -35,3 +35,38 @@ def print_results(
     for request, result in zip(requests, results, strict=True):
         console.print(attribution_table(request, result))
         console.print(f"  {result.response_tokens} response tokens, {result.seconds:.2f} s\n")
+
+
+SUMMARY_COLUMNS = (
+    ("pr", "PR@T"), ("best_single", "best single"), ("ecr", "ECR@T"), ("offered", "offered"), ("used", "used"),
+    ("groundedness", "grounded"), ("distinct_2", "distinct-2"), ("self_bleu", "self-BLEU"),
+    ("concentration", "concentration"),
+)
+
+
+def summary_table(means_by_policy: dict[str, dict[str, float]], title: str) -> Table:
+    """One row per policy with the mean of the headline metrics."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("policy")
+    present = [(k, label) for k, label in SUMMARY_COLUMNS if any(k in m for m in means_by_policy.values())]
+    for _, label in present:
+        table.add_column(label, justify="right")
+    for policy, means in means_by_policy.items():
+        table.add_row(policy, *(f"{means.get(k, float('nan')):.3f}" for k, _ in present))
+    return table
+
+
+def portfolio_panel(case, portfolio, row: dict) -> Table:
+    """A case's portfolio: per round the context, the passages used (*), and the response."""
+    table = Table(
+        title=f"[{portfolio.policy}] {case.id}: {case.question}  PR={row['pr']:.2f} ECR={row['ecr']:.2f}",
+        title_justify="left", show_lines=False,
+    )
+    table.add_column("t", justify="right")
+    table.add_column("context (* = used)")
+    table.add_column("response")
+    for r in portfolio.rounds:
+        context = ", ".join(f"{pid}*" if pid in r.used else pid for pid in r.context)
+        text = " ".join(r.response.split())
+        table.add_row(str(r.round), context, text[:160] + ("..." if len(text) > 160 else ""))
+    return table

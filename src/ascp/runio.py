@@ -1,0 +1,86 @@
+"""Writing a run: `rounds.jsonl`, `cases.jsonl`, `summary.json`, all or nothing.
+
+The three files are written into a temporary folder beside the output folder and moved into
+place only when all of them are complete, so a failed run leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ascp.errors import AscpError
+from ascp.types import Case, Portfolio
+
+RUN_FILES = ("rounds.jsonl", "cases.jsonl", "summary.json")
+
+
+def check_out_dir(out: Path) -> None:
+    """Fail before any work when the output folder cannot be written."""
+    if out.exists() and not out.is_dir():
+        raise AscpError(f"--out {out} exists and is not a folder; pass a folder path.")
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.exists():
+        raise AscpError(f"the parent folder of --out ({parent}) does not exist; create it first.")
+
+
+def round_records(portfolio: Portfolio) -> list[dict[str, Any]]:
+    return [
+        {
+            "case_id": portfolio.case_id,
+            "round": r.round,
+            "context": list(r.context),
+            "response": r.response,
+            "response_tokens": r.response_tokens,
+            "scores": r.scores,
+            "normalized": r.normalized,
+            "used": list(r.used),
+            "seconds": round(r.seconds, 4),
+        }
+        for r in portfolio.rounds
+    ]
+
+
+def summarize(case_rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Mean of every numeric metric over cases (NaNs ignored)."""
+    keys = [k for k, v in case_rows[0].items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    means = {}
+    for k in keys:
+        values = np.array([row[k] for row in case_rows if isinstance(row.get(k), (int, float))], dtype=float)
+        means[k] = float(np.nanmean(values)) if values.size and not np.all(np.isnan(values)) else float("nan")
+    return means
+
+
+def write_run(
+    out: Path, cases: Sequence[Case], portfolios: Sequence[Portfolio], case_rows: Sequence[dict[str, Any]],
+    config: dict[str, Any],
+) -> dict[str, Any]:
+    summary = {"config": config, "cases": len(case_rows), "mean": summarize(case_rows)}
+    parent = out.parent if str(out.parent) else Path(".")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
+    try:
+        with (tmp / "rounds.jsonl").open("w", encoding="utf-8") as handle:
+            for p in portfolios:
+                for rec in round_records(p):
+                    handle.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        with (tmp / "cases.jsonl").open("w", encoding="utf-8") as handle:
+            for row in case_rows:
+                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+        (tmp / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        if out.exists():
+            for name in RUN_FILES:
+                os.replace(tmp / name, out / name)
+            shutil.rmtree(tmp)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return summary

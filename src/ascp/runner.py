@@ -1,0 +1,33 @@
+"""One policy over a set of cases: the loop plus the per-case metrics (what `ascp run` does)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ascp.loop import LoopConfig, run_portfolios
+from ascp.metrics import case_metrics
+from ascp.types import Case, Portfolio
+
+
+def evaluate_portfolios(
+    cases: Sequence[Case], portfolios: Sequence[Portfolio], embed_fn: Callable[[Sequence[str]], np.ndarray] | None
+) -> list[dict[str, Any]]:
+    """One row per case: its ranked pool and every metric of `ascp.metrics.case_metrics`."""
+    rows = []
+    for case, portfolio in zip(cases, portfolios, strict=True):
+        responses = [r.response for r in portfolio.rounds]
+        embeddings = embed_fn(responses) if embed_fn is not None and len(responses) > 1 else None
+        metrics = case_metrics(case, portfolio, response_embeddings=embeddings)
+        rows.append({"case_id": case.id, "policy": portfolio.policy, "pool": [p.id for p in case.pool], **metrics})
+    return rows
+
+
+def run_policy(
+    lm, cases: Sequence[Case], config: LoopConfig, embed_fn: Callable[[Sequence[str]], np.ndarray],
+    progress: Callable[[int], None] | None = None,
+) -> tuple[list[Portfolio], list[dict[str, Any]]]:
+    portfolios = run_portfolios(lm, cases, config, embed_fn, progress=progress)
+    return portfolios, evaluate_portfolios(cases, portfolios, embed_fn)

@@ -1,0 +1,102 @@
+"""The scheduler contract: pick the k passages of round t from a case's ranked pool.
+
+A scheduler is constructed once per (case, run) with the case's `PoolView` (precomputed
+embeddings, relevance and facets) and asked once per round for a `Selection`. Feedback
+policies read `history` (earlier rounds' contexts, normalised attributions, used passages and
+responses); open-loop policies ignore it, which lets the loop batch their rounds.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ascp.types import Case
+
+if TYPE_CHECKING:
+    from ascp.schedulers.facets import Facets
+
+EmbedFn = Callable[[Sequence[str]], np.ndarray]
+"""texts -> unit-normalised embeddings, one row per text."""
+
+
+@dataclass(frozen=True)
+class RoundFeedback:
+    """What the loop tells a scheduler after one round."""
+
+    context: tuple[str, ...]
+    normalized: dict[str, float]  # normalised probe scores a(d) of the context's passages
+    used: tuple[str, ...]  # passages over the used threshold
+    response: str
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """Per-case quantities every scheduler may read, computed once (pool order = rank order).
+
+    embeddings: unit-normalised passage embeddings, shape (N, dim)
+    query_embedding: unit-normalised question embedding, shape (dim,)
+    relevance: r(d) in [0, 1] per passage (see schedulers/facets.py for its definition)
+    facets: the induced facets (W, pi); None: induced on first use with the default settings
+    embed_fn: the embedder that made `embeddings`, for policies that embed responses
+        (carriage, ascp-similarity); None: those policies fall back or ask for it
+    """
+
+    case: Case
+    embeddings: np.ndarray
+    query_embedding: np.ndarray
+    relevance: np.ndarray
+    facets: Facets | None = None
+    embed_fn: EmbedFn | None = None
+
+    @property
+    def ids(self) -> list[str]:
+        return [p.id for p in self.case.pool]
+
+    @cached_property
+    def index(self) -> dict[str, int]:
+        """Pool position of each passage id."""
+        return {p.id: i for i, p in enumerate(self.case.pool)}
+
+    @property
+    def n(self) -> int:
+        return len(self.case.pool)
+
+    @cached_property
+    def similarity(self) -> np.ndarray:
+        """Passage-passage cosines E E^T, (N, N), computed once (`build_pool_view` computes it eagerly)."""
+        e = np.asarray(self.embeddings, dtype=np.float64)
+        return e @ e.T
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The passages of one round, in prompt order, plus optional extra prompt text.
+
+    `earlier_outputs`: responses to list in the prompt (Carriage lists earlier outputs).
+    """
+
+    ids: tuple[str, ...]
+    earlier_outputs: tuple[str, ...] = field(default_factory=tuple)
+
+
+class Scheduler(ABC):
+    """One policy. Subclasses set `name` and `reads_feedback`, and implement `select`."""
+
+    name: str = ""
+    reads_feedback: bool = False
+
+    def __init__(self, view: PoolView, k: int, T: int, rng: np.random.Generator) -> None:
+        self.view = view
+        self.k = k
+        self.T = T
+        self.rng = rng
+
+    @abstractmethod
+    def select(self, round: int, history: tuple[RoundFeedback, ...]) -> Selection:
+        """The context of `round` (1-based) given the feedback of rounds 1..round-1."""

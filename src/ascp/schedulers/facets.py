@@ -1,0 +1,165 @@
+"""Facet induction per pool, the relevance score r(d), and `PoolView` construction.
+
+Definitions (docs/schedulers.md gives the reasoning from the paper):
+
+- r(d) = 1 / log2(1 + i), i the 1-based rank of d in the pool (the DCG discount): in (0, 1],
+  r = 1 at rank 1, monotone in the retriever's rank, independent of the embedder.
+- Facets: Ward agglomerative clustering of the unit-normalised passage embeddings into
+  Z = min(ceil(sqrt(N)), 20) clusters (Z <= N); deterministic (no random start). Facet ids are
+  numbered by the rank of their best-ranked member (facet 0 holds rank 1).
+- Centroid c_z: the normalised mean of facet z's members; s(d, z) = cos(e_d, c_z).
+- W[d, z] (document-facet coverage, in [0, 1]): clip(s(d, z), 0, 1) for the facets d is a
+  member of, else 0. d is a member of its own cluster's facet and of at most m_max - 1 further
+  facets whose centroid cosine is at least gamma (the m_max largest such, ties to the lower
+  facet id). Frozen values gamma = 0.6, m_max = 3 (Section 7.4).
+- pi(z) (query-conditional facet importance): the facet's coverage-weighted relevance mass,
+  pi(z) = sum_d W[d, z] r(d) / sum_{z'} sum_d W[d, z'] r(d); uniform if that mass is zero.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ascp.schedulers.base import EmbedFn, PoolView
+from ascp.types import Case, Passage
+
+GAMMA = 0.6
+M_MAX = 3
+MAX_FACETS = 20
+
+
+@dataclass(frozen=True)
+class Facets:
+    """The induced facets of one pool (rows follow pool order)."""
+
+    labels: np.ndarray  # (N,) own facet of each passage
+    centroids: np.ndarray  # (Z, dim) unit-normalised
+    W: np.ndarray  # (N, Z) coverage in [0, 1]
+    pi: np.ndarray  # (Z,) importance, sums to 1
+    gamma: float
+    m_max: int
+
+    @property
+    def n_facets(self) -> int:
+        return int(self.pi.shape[0])
+
+
+def passage_text(p: Passage) -> str:
+    """The text a passage is embedded as: "title: text", or the text alone when untitled."""
+    return f"{p.title}: {p.text}" if p.title.strip() else p.text
+
+
+def rank_relevance(n: int) -> np.ndarray:
+    """r(d) = 1 / log2(1 + rank), rank = pool position + 1."""
+    return 1.0 / np.log2(np.arange(2, n + 2, dtype=np.float64))
+
+
+def n_facets_rule(n: int, cap: int = MAX_FACETS) -> int:
+    """Z = min(ceil(sqrt(N)), cap), and 0 for an empty pool."""
+    return 0 if n <= 0 else min(math.ceil(math.sqrt(n)), cap, n)
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(x, axis=-1, keepdims=True)
+    return x / np.where(norms > 0, norms, 1.0)
+
+
+def cluster(embeddings: np.ndarray, n_facets: int) -> np.ndarray:
+    """Ward clustering into `n_facets` labels, renumbered by first appearance in pool order."""
+    n = embeddings.shape[0]
+    if n_facets <= 1 or n <= 1:
+        return np.zeros(n, dtype=np.int64)
+    if n_facets >= n:
+        raw = np.arange(n)
+    else:
+        from sklearn.cluster import AgglomerativeClustering
+
+        raw = AgglomerativeClustering(n_clusters=n_facets, linkage="ward").fit_predict(embeddings)
+    order: dict[int, int] = {}
+    for lab in raw:
+        order.setdefault(int(lab), len(order))
+    return np.array([order[int(lab)] for lab in raw], dtype=np.int64)
+
+
+def coverage(
+    embeddings: np.ndarray, labels: np.ndarray, gamma: float = GAMMA, m_max: int = M_MAX
+) -> tuple[np.ndarray, np.ndarray]:
+    """(W, centroids): W[d, z] = clip(cos(e_d, c_z), 0, 1) on d's memberships (module docstring)."""
+    n, z = embeddings.shape[0], int(labels.max()) + 1 if labels.size else 0
+    onehot = np.zeros((n, z))
+    onehot[np.arange(n), labels] = 1.0
+    centroids = _unit(onehot.T @ embeddings)
+    sim = np.clip(embeddings @ centroids.T, 0.0, 1.0)
+    member = onehot.astype(bool)
+    if m_max > 1 and z > 1:
+        extra = np.where(member | (sim < gamma), -np.inf, sim)
+        # the m_max - 1 best further facets per passage (stable: ties keep the lower facet id)
+        top = np.argsort(-extra, axis=1, kind="stable")[:, : m_max - 1]
+        rows = np.repeat(np.arange(n), top.shape[1])
+        keep = np.isfinite(extra[rows, top.ravel()])
+        member[rows[keep], top.ravel()[keep]] = True
+    return np.where(member, sim, 0.0), centroids
+
+
+def importance(W: np.ndarray, relevance: np.ndarray) -> np.ndarray:
+    """pi(z) proportional to sum_d W[d, z] r(d); uniform when all zero."""
+    mass = relevance @ W
+    total = mass.sum()
+    if W.shape[1] == 0:
+        return mass
+    return mass / total if total > 0 else np.full(W.shape[1], 1.0 / W.shape[1])
+
+
+def induce_facets(
+    embeddings: np.ndarray,
+    relevance: np.ndarray,
+    gamma: float = GAMMA,
+    m_max: int = M_MAX,
+    n_facets: int | None = None,
+) -> Facets:
+    """Cluster the pool, then derive W and pi (module docstring)."""
+    e = np.asarray(embeddings, dtype=np.float64)
+    z = n_facets_rule(e.shape[0]) if n_facets is None else max(0, min(int(n_facets), e.shape[0]))
+    labels = cluster(e, z) if e.shape[0] else np.zeros(0, dtype=np.int64)
+    W, centroids = coverage(e, labels, gamma, m_max)
+    return Facets(labels, centroids, W, importance(W, np.asarray(relevance, dtype=np.float64)), gamma, m_max)
+
+
+def facets_of(view: PoolView, gamma: float = GAMMA, m_max: int = M_MAX) -> Facets:
+    """The view's facets when they were induced with (gamma, m_max), else freshly induced ones."""
+    f = view.facets
+    if f is not None and f.gamma == gamma and f.m_max == m_max:
+        return f
+    z = f.n_facets if f is not None else None
+    return induce_facets(view.embeddings, view.relevance, gamma, m_max, z)
+
+
+def pool_view_from_embeddings(
+    case: Case,
+    embeddings: np.ndarray,
+    query_embedding: np.ndarray,
+    embed_fn: EmbedFn | None = None,
+    n_facets: int | None = None,
+) -> PoolView:
+    """A `PoolView` from precomputed unit-normalised embeddings (rows in pool order)."""
+    e = np.asarray(embeddings, dtype=np.float64).reshape(len(case.pool), -1)
+    q = np.asarray(query_embedding, dtype=np.float64).reshape(-1)
+    r = rank_relevance(len(case.pool))
+    view = PoolView(case, e, q, r, induce_facets(e, r, n_facets=n_facets), embed_fn)
+    _ = view.similarity  # computed once here, so that no round pays for it
+    return view
+
+
+def build_pool_view(case: Case, embed_fn: EmbedFn, n_facets: int | None = None) -> PoolView:
+    """Embed the question and the pool in one batch call, then induce the facets.
+
+    `embed_fn(texts)` returns unit-normalised rows (e.g. `ascp.embed.embed`); it is kept on the
+    view for the policies that embed responses.
+    """
+    texts: Sequence[str] = [case.question, *(passage_text(p) for p in case.pool)]
+    vectors = np.asarray(embed_fn(texts), dtype=np.float64)
+    return pool_view_from_embeddings(case, vectors[1:], vectors[0], embed_fn, n_facets)
