@@ -31,6 +31,7 @@ lint: setup
 bench: setup
 	$(BIN)/pip install -q -e ".[dev,bench]"
 	$(BIN)/python benchmarks/probe_speed.py
+	$(BIN)/python benchmarks/loop_throughput.py
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache

@@ -15,6 +15,11 @@ class Passage:
     score: float | None = None
     rank: int | None = None
 
+    @property
+    def full_text(self) -> str:
+        """"title: text" (or the text alone when untitled): what embedders and BM25 read."""
+        return f"{self.title}: {self.text}" if self.title.strip() else self.text
+
 
 @dataclass(frozen=True)
 class AttributionRequest:

@@ -14,10 +14,6 @@ from ascp.attribution.base import Estimator, ProbeInput
 from ascp.embed import DEFAULT_EMBEDDER, embed
 
 
-def passage_text(p) -> str:
-    return f"{p.title}: {p.text}" if p.title.strip() else p.text
-
-
 class BM25Proxy(Estimator):
     name = "bm25"
     uses_model = False
@@ -25,7 +21,7 @@ class BM25Proxy(Estimator):
     def score(self, lm, item: ProbeInput) -> np.ndarray:
         import bm25s
 
-        corpus = bm25s.tokenize([passage_text(p) for p in item.passages], stopwords="en", show_progress=False)
+        corpus = bm25s.tokenize([p.full_text for p in item.passages], stopwords="en", show_progress=False)
         retriever = bm25s.BM25(k1=1.5, b=0.75)
         retriever.index(corpus, show_progress=False)
         query = bm25s.tokenize([item.question], stopwords="en", show_progress=False, return_ids=False)[0]
@@ -45,5 +41,5 @@ class CosineProxy(Estimator):
 
     def score(self, lm, item: ProbeInput) -> np.ndarray:
         anchor = item.question if self.against == "question" else item.response_text
-        vectors = embed([anchor, *(passage_text(p) for p in item.passages)], self.embedder)
+        vectors = embed([anchor, *(p.full_text for p in item.passages)], self.embedder)
         return vectors[1:] @ vectors[0]

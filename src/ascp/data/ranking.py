@@ -18,10 +18,9 @@ RANKERS = ("dense", "bm25")
 
 
 def _dense_scores(case: Case) -> np.ndarray:
-    from ascp.attribution.proxies import passage_text
     from ascp.embed import embed
 
-    vectors = embed([case.question, *(passage_text(p) for p in case.pool)])
+    vectors = embed([case.question, *(p.full_text for p in case.pool)])
     return vectors[1:] @ vectors[0]
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ascp.schedulers.base import EmbedFn, PoolView
-from ascp.types import Case, Passage
+from ascp.types import Case
 
 GAMMA = 0.6
 M_MAX = 3
@@ -46,11 +46,6 @@ class Facets:
     @property
     def n_facets(self) -> int:
         return int(self.pi.shape[0])
-
-
-def passage_text(p: Passage) -> str:
-    """The text a passage is embedded as: "title: text", or the text alone when untitled."""
-    return f"{p.title}: {p.text}" if p.title.strip() else p.text
 
 
 def rank_relevance(n: int) -> np.ndarray:
@@ -160,6 +155,6 @@ def build_pool_view(case: Case, embed_fn: EmbedFn, n_facets: int | None = None) 
     `embed_fn(texts)` returns unit-normalised rows (e.g. `ascp.embed.embed`); it is kept on the
     view for the policies that embed responses.
     """
-    texts: Sequence[str] = [case.question, *(passage_text(p) for p in case.pool)]
+    texts: Sequence[str] = [case.question, *(p.full_text for p in case.pool)]
     vectors = np.asarray(embed_fn(texts), dtype=np.float64)
     return pool_view_from_embeddings(case, vectors[1:], vectors[0], embed_fn, n_facets)
