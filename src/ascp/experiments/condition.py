@@ -1,0 +1,231 @@
+"""An experimental condition: a frozen value with a canonical name that round-trips through `parse`.
+
+    rotate(k=2,T=12,arm=rotation,estimator=loo,instruction=commit)
+    ascp(k=5,T=5,estimator=loo,instruction=commit,steer=0.5,eta=0.1,kappa=1)
+
+The name is `<scheduler>(<fields>)`: the condition fields in the fixed order k, T, arm (only for
+the two factorial arms), estimator, instruction, steer and eta (only for steered decoding),
+followed by the scheduler's own options sorted by key. `Condition.parse` accepts short forms (defaults filled
+in, any order, the alias `fixed` for `vanilla`); `Condition.parse(c.name) == c` for every
+condition. Names contain no `/`, so they are usable as file names as well as DataFrame keys.
+
+Arms (the k x T factorial's controls, Sec. 8.1-8.2): `arm=rotation` *is* the `rotate`
+scheduler (disjoint rank windows) and `arm=fixed` *is* the `vanilla` scheduler (the same top-k
+every round). The arm is a label derived from the scheduler, never a modifier of another
+policy: giving only the arm picks the scheduler, giving both requires them to agree, and the
+other policies carry no arm.
+
+Steering (Eq. 5 + APC, `ascp.decoding.SteerConfig`): `steer` is the strength alpha, or None for
+ordinary decoding in every round (the default); `eta` is the plausibility cutoff, used only when
+steering (alpha=0 with eta>0 is APC only; eta=0 is the contrast only).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ascp.errors import AscpError
+
+ARMS: dict[str, str] = {"rotation": "rotate", "fixed": "vanilla"}  # arm -> scheduler
+ARM_OF: dict[str, str] = {v: k for k, v in ARMS.items()}  # scheduler -> arm
+FIELDS = ("k", "T", "arm", "estimator", "instruction", "steer", "eta")
+STEER_ALPHA = 0.5  # the frozen setting (Appendix C); `steer: true` means this
+ETA = 0.1
+
+_NAME = re.compile(r"^\s*([A-Za-z0-9_-]+)\s*(?:\((.*)\))?\s*$")
+_BARE = re.compile(r"^[A-Za-z0-9_.+-]+$")
+
+
+def format_value(value: Any) -> str:
+    """The canonical text of an option value (the inverse of `ascp.schedulers._value`)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "none"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def parse_value(text: str) -> Any:
+    """int, float, true/false, none, or else the bare string (the scheduler option convention)."""
+    t = text.strip()
+    low = t.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low == "none":
+        return None
+    for cast in (int, float):
+        try:
+            return cast(t)
+        except ValueError:
+            pass
+    return t
+
+
+class ConditionError(AscpError):
+    """A bad condition field; `field` names it, `body` says what is wrong (one sentence, no prefix)."""
+
+    def __init__(self, field: str, body: str) -> None:
+        super().__init__(f"condition field {field}: {body}")
+        self.field = field
+        self.body = body
+
+
+def _check_int(field: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConditionError(field, f"expected an integer of at least 1, got {value!r}.")
+    return value
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One cell of an experiment: scheduler (with options), k, T, arm, estimator, instruction, steering."""
+
+    policy: str  # registered scheduler name (aliases resolved), without options
+    k: int
+    T: int
+    arm: str | None = None
+    estimator: str = "loo"
+    instruction: str = "commit"
+    steer: float | None = None  # steering strength alpha; None = ordinary decoding
+    eta: float | None = None  # APC cutoff when steering (default 0.1); None when not steering
+    options: tuple[tuple[str, Any], ...] = ()  # scheduler options, sorted by key
+
+    def __post_init__(self) -> None:
+        from ascp.attribution import ESTIMATOR_NAMES
+        from ascp.prompts import INSTRUCTIONS
+        from ascp.schedulers import ALIASES, SCHEDULER_NAMES
+
+        policy = ALIASES.get(self.policy, self.policy)
+        if policy not in SCHEDULER_NAMES:
+            raise ConditionError("policy", f"unknown scheduler {self.policy!r}; "
+                                 f"choose one of {', '.join(SCHEDULER_NAMES)}.")
+        object.__setattr__(self, "policy", policy)
+        _check_int("k", self.k)
+        _check_int("T", self.T)
+        if self.arm is not None and self.arm not in ARMS:
+            raise ConditionError("arm", f"unknown arm {self.arm!r}; choose rotation or fixed.")
+        derived = ARM_OF.get(policy)
+        if self.arm is None:
+            object.__setattr__(self, "arm", derived)
+        elif ARMS[self.arm] != policy:
+            raise ConditionError("arm", f"arm {self.arm} means the {ARMS[self.arm]} scheduler, not {policy}; "
+                                 "give only one of policy and arm.")
+        if self.estimator not in ESTIMATOR_NAMES:
+            raise ConditionError("estimator", f"unknown estimator {self.estimator!r}; "
+                                 f"choose one of {', '.join(ESTIMATOR_NAMES)}.")
+        if self.instruction not in INSTRUCTIONS:
+            raise ConditionError("instruction", f"unknown instruction {self.instruction!r}; "
+                                 f"choose one of {', '.join(INSTRUCTIONS)}.")
+        steer = self.steer
+        if steer is False or (isinstance(steer, str) and steer.lower() in ("none", "off")):
+            steer = None
+        elif steer is True:
+            steer = STEER_ALPHA
+        if steer is not None and (not isinstance(steer, (int, float)) or not math.isfinite(steer) or steer < 0):
+            raise ConditionError("steer", f"expected a steering strength of at least 0 or none, got {steer!r}.")
+        object.__setattr__(self, "steer", None if steer is None else float(steer))
+        eta = self.eta
+        if eta is not None and (isinstance(eta, bool) or not isinstance(eta, (int, float)) or not 0 <= eta < 1):
+            raise ConditionError("eta", f"expected a plausibility cutoff in [0, 1), got {eta!r}.")
+        object.__setattr__(self, "eta", None if steer is None else float(ETA if eta is None else eta))
+        options = []
+        for key, value in sorted(dict(self.options).items()):
+            if key in FIELDS or key == "policy" or not _BARE.match(key):
+                raise ConditionError("policy", f"scheduler option name {key!r} is not allowed.")
+            text = format_value(value)
+            finite = not isinstance(value, float) or math.isfinite(value)
+            if not finite or not _BARE.match(text) or format_value(parse_value(text)) != text:
+                raise ConditionError("policy", f"value {value!r} of option {key} cannot be written in a condition "
+                                     "name; use a number, true/false, none or a bare word.")
+            options.append((key, parse_value(text)))
+        object.__setattr__(self, "options", tuple(options))
+
+    @property
+    def scheduler(self) -> str:
+        """The scheduler spec for `LoopConfig.policy`: `ascp` or `ascp(kappa=1)`."""
+        if not self.options:
+            return self.policy
+        return self.policy + "(" + ",".join(f"{k}={format_value(v)}" for k, v in self.options) + ")"
+
+    @property
+    def name(self) -> str:
+        parts = [f"k={self.k}", f"T={self.T}"]
+        if self.arm is not None:
+            parts.append(f"arm={self.arm}")
+        parts += [f"estimator={self.estimator}", f"instruction={self.instruction}"]
+        if self.steer is not None:
+            parts += [f"steer={format_value(self.steer)}", f"eta={format_value(self.eta)}"]
+        parts += [f"{k}={format_value(v)}" for k, v in self.options]
+        return f"{self.policy}({','.join(parts)})"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def fields(self) -> dict[str, Any]:
+        """The condition as flat record fields (for tidy rows)."""
+        return {"condition": self.name, "policy": self.policy, "scheduler": self.scheduler, "k": self.k,
+                "T": self.T, "arm": self.arm, "estimator": self.estimator, "instruction": self.instruction,
+                "steer": self.steer, "eta": self.eta}
+
+    @classmethod
+    def parse(cls, text: str) -> Condition:
+        """`rotate(k=2,T=12)` or a full canonical name -> Condition; malformed names raise AscpError."""
+        match = _NAME.match(text) if isinstance(text, str) else None
+        if match is None:
+            raise AscpError(f"malformed condition {text!r}; write e.g. rotate(k=2,T=12,estimator=loo).")
+        values: dict[str, Any] = {}
+        options: dict[str, Any] = {}
+        for part in filter(str.strip, (match.group(2) or "").split(",")):
+            key, sep, val = part.partition("=")
+            key = key.strip()
+            if not sep or not key:
+                raise AscpError(f"malformed part {part.strip()!r} in condition {text!r}; write key=value.")
+            target = values if key in FIELDS else options
+            if key in target:
+                raise AscpError(f"condition {text!r} gives {key} twice.")
+            target[key] = parse_value(val) if key in ("k", "T", "steer", "eta") or target is options else val.strip()
+        if values.get("arm") in ("none", ""):
+            values["arm"] = None
+        for key in ("k", "T"):
+            if key not in values:
+                raise AscpError(f"condition {text!r} lacks {key}; write e.g. {match.group(1)}(k=2,T=12).")
+        return cls(policy=match.group(1), options=tuple(options.items()), **values)
+
+    @classmethod
+    def from_mapping(cls, where: str, raw: dict[str, Any]) -> Condition:
+        """A condition from spec fields: policy (a scheduler spec, may carry options) and/or arm, k, T, ..."""
+        from ascp.schedulers import parse_scheduler
+
+        unknown = sorted(set(raw) - {"policy", *FIELDS})
+        if unknown:
+            raise AscpError(f"spec field {where}.{unknown[0]}: unknown key; valid keys: policy, {', '.join(FIELDS)}.")
+        values = dict(raw)
+        policy = values.pop("policy", None)
+        arm = values.get("arm")
+        if policy is None:
+            if arm is None:
+                raise AscpError(f"spec field {where}: give a policy (or an arm: rotation or fixed).")
+            if not isinstance(arm, str) or arm not in ARMS:
+                raise AscpError(f"spec field {where}.arm: unknown arm {arm!r}; choose rotation or fixed.")
+            policy = ARMS[arm]
+        if not isinstance(policy, str):
+            raise AscpError(f"spec field {where}.policy: expected a scheduler name, got {policy!r}.")
+        for key in ("k", "T"):
+            if key not in values:
+                raise AscpError(f"spec field {where}.{key}: missing; give a positive integer.")
+        for key in ("arm", "estimator", "instruction"):
+            if key in values and values[key] is not None and not isinstance(values[key], str):
+                raise AscpError(f"spec field {where}.{key}: expected a name, got {values[key]!r}.")
+        try:
+            base, options = parse_scheduler(policy)
+        except AscpError as exc:
+            raise AscpError(f"spec field {where}.policy: {exc}") from None
+        try:
+            return cls(policy=base, options=tuple(options.items()), **values)
+        except ConditionError as exc:
+            raise AscpError(f"spec field {where}.{exc.field}: {exc.body}") from None

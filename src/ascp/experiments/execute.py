@@ -1,0 +1,63 @@
+"""Running one chunk: the loop plus per-case metrics (`ascp.runner.run_policy`) -> one record per unit.
+
+Shared by every executor, so local and Ray runs produce the same records. A unit record is
+the unit key, the condition's fields, every per-case metric, the ranked pool and the rounds
+(`ascp.runio.round_records` without the repeated case id). Only the `seconds` fields vary
+between runs of the same spec.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ascp.experiments.condition import Condition
+from ascp.experiments.plan import Chunk
+from ascp.experiments.spec import Settings
+
+
+def loop_config(condition: Condition, seed: int, settings: Settings):
+    """The `LoopConfig` of one condition and seed."""
+    from ascp.loop import LoopConfig
+    from ascp.prompts import PromptTemplate
+
+    kwargs: dict[str, Any] = dict(
+        policy=condition.scheduler, k=condition.k, T=condition.T, estimator=condition.estimator, seed=seed,
+        sampling=settings.sampling(), template=PromptTemplate.named(condition.instruction),
+        threshold=settings.threshold, batch_size=settings.batch_size,
+    )
+    if condition.steer is not None:
+        from ascp.decoding import SteerConfig
+
+        kwargs["steer"] = SteerConfig(alpha=condition.steer, eta=condition.eta)
+    return LoopConfig(**kwargs)
+
+
+def run_chunk(lm, chunk: Chunk, embed_fn: Callable, progress: Callable[[int], None] | None = None) -> list[dict]:
+    """Run every case of the chunk (batched by the loop) and return one record per case."""
+    from ascp.runio import round_records
+    from ascp.runner import run_policy
+
+    config = loop_config(chunk.condition, chunk.seed, chunk.settings)
+    portfolios, rows = run_policy(lm, chunk.cases, config, embed_fn, progress=progress)
+    records = []
+    for case, portfolio, row in zip(chunk.cases, portfolios, rows, strict=True):
+        rounds = round_records(portfolio)
+        for r in rounds:
+            del r["case_id"]
+        metrics = {k: v for k, v in row.items() if k not in ("case_id", "policy", "pool")}
+        records.append({
+            "task": chunk.task, "model": chunk.model.name, "seed": chunk.seed, "case_id": case.id,
+            **chunk.condition.fields(),
+            **metrics,
+            "pool": row["pool"],
+            "seconds": round(sum(r.seconds for r in portfolio.rounds), 4),
+            "rounds": rounds,
+        })
+    return records
+
+
+def load_model(model_source: str, device: str):
+    from ascp.lm.resolve import load_language_model
+
+    return load_language_model(model_source, device=device)

@@ -1,0 +1,113 @@
+"""Executors: turn pending chunks into unit records and hand them to the store (the only writer).
+
+`local`: one process; each model is loaded once and its chunks run in order, each chunk batched
+across its cases by the loop. `ray`: actors that each load their model once and run chunks sent
+to them; the driver writes the records as they come back. Both run `execute.run_chunk` on the
+same chunks, so (same spec, same seeds, same intra-op thread count) they write the same records.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import os
+from collections.abc import Callable, Sequence
+
+from ascp.errors import AscpError
+from ascp.experiments.embedders import EmbedFn, MemoEmbedder, resolve_embedder
+from ascp.experiments.execute import load_model, run_chunk
+from ascp.experiments.plan import Chunk
+from ascp.experiments.store import RunStore
+
+EXECUTORS = ("local", "ray")
+Progress = Callable[[int, int], None]  # (rounds finished, units written)
+RAY_INSTALL = "pip install -e '.[ray]'"
+
+
+def _quiet(*_: int) -> None:
+    return None
+
+
+def run_local(chunks: Sequence[Chunk], store: RunStore, embed_fn: EmbedFn | None = None,
+              progress: Progress | None = None) -> None:
+    progress = progress or _quiet
+    for model, group in itertools.groupby(chunks, key=lambda c: c.model):
+        group = list(group)
+        settings = group[0].settings
+        embed = MemoEmbedder(embed_fn or resolve_embedder(settings.embedder))
+        lm = load_model(model.source, settings.device)
+        for chunk in group:
+            records = run_chunk(lm, chunk, embed, progress=lambda n: progress(n, 0))
+            progress(0, sum(store.write(r) for r in records))
+        del lm
+        gc.collect()
+
+
+def import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise AscpError(f"the ray executor needs Ray, which is not installed; install it with `{RAY_INSTALL}`."
+                        ) from None
+    return ray
+
+
+class ChunkWorker:
+    """A Ray actor body: holds one model (loaded once) and runs the chunks it is sent."""
+
+    def __init__(self, model_source: str, device: str, embedder: str, embed_fn: EmbedFn | None = None) -> None:
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        self.error: str | None = None  # a user error while loading, re-raised by run() as a task error
+        try:
+            self.lm = load_model(model_source, device)
+            self.embed = MemoEmbedder(embed_fn or resolve_embedder(embedder))
+        except AscpError as exc:
+            self.error = str(exc)
+
+    def run(self, chunk: Chunk) -> list[dict]:
+        if self.error is not None:
+            raise AscpError(self.error)
+        return run_chunk(self.lm, chunk, self.embed)
+
+
+def run_ray(chunks: Sequence[Chunk], store: RunStore, workers: int = 1, address: str | None = None,
+            embed_fn: EmbedFn | None = None, progress: Progress | None = None,
+            cpus_per_worker: float = 1, gpus_per_worker: float = 0) -> None:
+    """Run chunks on Ray actors: `workers` actors per model. Uses the Ray session already
+    initialised in this process if any, else joins `address`, else starts a local cluster."""
+    ray = import_ray()
+    from ray.util import ActorPool
+
+    progress = progress or _quiet
+    started = False
+    if not ray.is_initialized():
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        except (ConnectionError, ValueError, RuntimeError) as exc:
+            where = f"the Ray cluster at {address}" if address else "a local Ray cluster"
+            raise AscpError(f"cannot start or join {where} ({exc.__class__.__name__}: {exc}); check --address."
+                            ) from None
+        started = True
+    remote = ray.remote(num_cpus=cpus_per_worker, num_gpus=gpus_per_worker)(ChunkWorker)
+    try:
+        for model, group in itertools.groupby(chunks, key=lambda c: c.model):
+            group = list(group)
+            settings = group[0].settings
+            actors = [remote.remote(model.source, settings.device, settings.embedder, embed_fn)
+                      for _ in range(max(1, min(workers, len(group))))]
+            try:
+                pool = ActorPool(actors)
+                for records in pool.map_unordered(lambda actor, chunk: actor.run.remote(chunk), group):
+                    rounds = sum(r["T"] for r in records)
+                    progress(rounds, sum(store.write(r) for r in records))
+            except ray.exceptions.RayTaskError as exc:
+                cause = getattr(exc, "cause", None)
+                if isinstance(cause, AscpError):
+                    raise AscpError(str(cause)) from None
+                raise
+            finally:
+                for actor in actors:
+                    ray.kill(actor)
+    finally:
+        if started:
+            ray.shutdown()

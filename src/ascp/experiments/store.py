@@ -1,0 +1,252 @@
+"""The run store: a folder that loses nothing.
+
+    DIR/spec.yaml     the spec as given (copied on the first run)
+    DIR/plan.json     the resolved plan: tasks with their case ids, models, seeds, condition names,
+                      settings, number of units; a rerun must resolve to the same plan
+    DIR/units.jsonl   append-only, one JSON line per finished unit (key, condition, metrics, pool,
+                      rounds), each written by a single write() of the whole line, then fsync
+    DIR/.lock         held (flock) by the one process writing the store, with its pid
+
+A unit is written whole or not at all: a process killed in the middle of a write leaves at most
+one partial last line (no newline at its end), which the next writer truncates before
+appending; readers ignore it. Keys already in the file are never written again, so a killed
+and restarted run ends with exactly the units of an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ascp.errors import AscpError
+from ascp.experiments.plan import UnitKey
+
+UNITS = "units.jsonl"
+PLAN = "plan.json"
+SPEC = "spec.yaml"
+LOCK = ".lock"
+
+
+def parse_units(data: bytes, path: Path) -> tuple[list[dict[str, Any]], int]:
+    """Records of the complete lines, and the byte length they span (a partial tail is excluded).
+
+    The last line counts as complete only when it ends with a newline and parses; an earlier
+    line that does not parse is damage the store cannot explain, and raises.
+    """
+    end = data.rfind(b"\n") + 1
+    records = []
+    lines = data[:end].split(b"\n")[:-1] if end else []
+    offset = 0
+    for number, line in enumerate(lines, start=1):
+        try:
+            obj = json.loads(line)
+            if not isinstance(obj, dict):
+                raise ValueError
+            UnitKey.of(obj)
+        except (ValueError, KeyError, TypeError):
+            if number == len(lines):  # a torn last line that happened to hold a newline byte
+                return records, offset
+            raise AscpError(f"{path} line {number} is not a unit record; the store is damaged (move the line "
+                            "out of the file and rerun to redo that unit).") from None
+        records.append(obj)
+        offset += len(line) + 1
+    return records, offset
+
+
+def read_units(directory: Path) -> list[dict[str, Any]]:
+    """Finished unit records (first record per key), without touching the file: safe during a run."""
+    path = directory / UNITS
+    if not path.is_file():
+        return []
+    records, _ = parse_units(path.read_bytes(), path)
+    seen: set[UnitKey] = set()
+    out = []
+    for rec in records:
+        key = UnitKey.of(rec)
+        if key not in seen:
+            seen.add(key)
+            out.append(rec)
+    return out
+
+
+def read_plan(directory: Path) -> dict[str, Any]:
+    path = directory / PLAN
+    if not path.is_file():
+        raise AscpError(f"{directory} is not an experiment run store (no {PLAN}); pass the --out folder of "
+                        "`ascp experiment run`.")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _first_difference(old: Any, new: Any, where: str = "") -> str:
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in [*old, *(k for k in new if k not in old)]:
+            if old.get(key) != new.get(key):
+                return _first_difference(old.get(key), new.get(key), f"{where}.{key}" if where else key)
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        for i, (a, b) in enumerate(zip(old, new, strict=True)):
+            if a != b:
+                return _first_difference(a, b, f"{where}[{i}]")
+    return where or "plan"
+
+
+class RunStore:
+    """The writer's view of a store folder; use as a context manager (takes the lock)."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.dir = Path(directory)
+        self._lock_fd: int | None = None
+        self._fd: int | None = None
+        self.done: set[UnitKey] = set()
+
+    # -- opening ------------------------------------------------------------------------------
+
+    def __enter__(self) -> RunStore:
+        self._check_folder()
+        self.dir.mkdir(exist_ok=True)
+        self._lock()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_folder(self) -> None:
+        if self.dir.exists() and not self.dir.is_dir():
+            raise AscpError(f"--out {self.dir} exists and is not a folder; pass a folder path.")
+        parent = self.dir.parent
+        if not parent.is_dir():
+            raise AscpError(f"the parent folder of --out ({parent}) does not exist; create it first.")
+        if self.dir.is_dir() and not (self.dir / PLAN).exists():
+            ours = {SPEC, LOCK, UNITS}
+            foreign = [p.name for p in self.dir.iterdir() if p.name not in ours and not p.name.startswith(".")]
+            if foreign:
+                raise AscpError(f"--out {self.dir} holds other files ({foreign[0]}, ...) and is not an experiment "
+                                "run store; pass a new or empty folder.")
+
+    def _lock(self) -> None:
+        try:
+            import fcntl
+        except ImportError:  # no flock on this platform: single-writer use is up to the user
+            return
+        fd = os.open(self.dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        for attempt in range(20):  # a concurrent `status` holds a shared lock for an instant
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if attempt == 19:
+                    pid = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                    os.close(fd)
+                    raise AscpError(f"{self.dir} is being written by another `ascp experiment run` (pid {pid}); "
+                                    "wait for it to finish or pass another --out.") from None
+                time.sleep(0.05)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def begin(self, manifest: dict[str, Any], spec_text: str) -> None:
+        """Record the plan on the first run, or check that a rerun resolves to the same plan;
+        then repair a torn last line and load the finished keys."""
+        plan_path = self.dir / PLAN
+        if plan_path.exists():
+            stored = json.loads(plan_path.read_text(encoding="utf-8"))
+            if stored != json.loads(json.dumps(manifest)):
+                field = _first_difference(stored, json.loads(json.dumps(manifest)))
+                raise AscpError(f"{self.dir} holds a run of a different spec ({field} differs); rerun with the same "
+                                "spec to resume it, or pass a new --out.")
+        else:
+            (self.dir / SPEC).write_text(spec_text, encoding="utf-8")
+            write_atomic(plan_path, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+        path = self.dir / UNITS
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        data = path.read_bytes()
+        records, valid = parse_units(data, path)
+        if valid < len(data):  # a unit torn by a kill mid-write: it is redone
+            os.ftruncate(self._fd, valid)
+            os.fsync(self._fd)
+        self.done = {UnitKey.of(r) for r in records}
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def write(self, record: dict[str, Any]) -> bool:
+        """Append one finished unit as one line (one write, then fsync); False if it was already done."""
+        key = UnitKey.of(record)
+        if key in self.done:
+            return False
+        if self._fd is None:
+            raise RuntimeError("RunStore.begin() must be called before write()")
+        line = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+        view = memoryview(line)
+        while view:  # a regular file takes the whole buffer; loop only for safety
+            written = os.write(self._fd, view)
+            view = view[written:]
+        os.fsync(self._fd)
+        self.done.add(key)
+        return True
+
+    def close(self) -> None:
+        for attr in ("_fd", "_lock_fd"):
+            fd = getattr(self, attr)
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+                setattr(self, attr, None)
+
+
+def writer_pid(directory: Path) -> int | None:
+    """The pid of the process writing the store now, or None (a shared-lock probe)."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    path = directory / LOCK
+    if not path.exists():
+        return None
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            return int(text) if text.isdigit() else -1
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def iter_rounds(records: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """One tidy row per (unit, round)."""
+    for rec in records:
+        for rnd in rec.get("rounds", []):
+            yield {**{k: rec[k] for k in ("task", "model", "seed", "case_id", "condition")}, **rnd}
