@@ -147,9 +147,12 @@ def _validate_run_args(policy: str, k: int, T: int, estimator: str) -> None:
 
 def execute_run(
     cases, policy: str, k: int, T: int, model: str, estimator: str, seed: int, max_new_tokens: int,
-    device: str, lm=None,
+    device: str, lm=None, steer=None,
 ):
-    """Run one policy over loaded cases with a progress bar; returns (portfolios, case rows, lm)."""
+    """Run one policy over loaded cases with a progress bar; returns (portfolios, case rows, lm, config).
+
+    `steer`: a `SteerConfig` for attribution-steered decoding from round 2 on, or None.
+    """
     from ascp.embed import embed
     from ascp.lm.generation import SamplingConfig
     from ascp.lm.resolve import load_language_model
@@ -160,7 +163,7 @@ def execute_run(
         if len(case.pool) < k:
             raise AscpError(f"case {case.id!r}: its pool has {len(case.pool)} passages, fewer than k={k}.")
     config = LoopConfig(policy=policy, k=k, T=T, estimator=estimator, seed=seed,
-                        sampling=SamplingConfig(max_new_tokens=max_new_tokens))
+                        sampling=SamplingConfig(max_new_tokens=max_new_tokens), steer=steer)
     if lm is None:
         with err.status(f"loading model {model!r}"):
             lm = load_language_model(model, device=device)
@@ -187,22 +190,39 @@ def run(
                                          "dense or bm25.")] = "dense",
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens")] = 64,
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
+    steer: Annotated[bool, typer.Option("--steer", help="Attribution-steered decoding (Eq. 5 + APC) from round 2 "
+                                        "on, away from passages the probe flagged as used.")] = False,
+    alpha: Annotated[float | None, typer.Option("--alpha", help="Steering strength, >= 0 (with --steer; "
+                                                "default 0.5).")] = None,
+    eta: Annotated[float | None, typer.Option("--eta", help="Plausibility cutoff in [0, 1) (with --steer; "
+                                              "default 0.1).")] = None,
+    contrast: Annotated[bool, typer.Option("--contrast/--no-contrast", help="With --steer: the Eq. 5 contrast "
+                                           "term (off: APC only).")] = True,
+    apc: Annotated[bool, typer.Option("--apc/--no-apc", help="With --steer: the adaptive plausibility "
+                                      "constraint (off: contrast only).")] = True,
 ) -> None:
     """Run T rounds of one scheduling policy on every case and write the portfolio with its metrics."""
     with user_errors():
         from ascp.data import load_cases
+        from ascp.decoding import SteerConfig
         from ascp.display import summary_table
         from ascp.runio import check_out_dir, write_run
 
         _validate_run_args(policy, k, T, estimator)
         if limit is not None and limit < 1:
             raise AscpError(f"--limit must be at least 1, got {limit}.")
+        if not steer and (alpha is not None or eta is not None or not contrast or not apc):
+            raise AscpError("--alpha, --eta, --no-contrast and --no-apc only apply with --steer; add --steer.")
+        steer_config = SteerConfig(alpha=0.5 if alpha is None else alpha, eta=0.1 if eta is None else eta,
+                                   contrast=contrast, apc=apc) if steer else None
         check_out_dir(out_dir)
         cases = load_cases(data, format=format, rank_by=rank_by, limit=limit)
-        portfolios, rows, _, config = execute_run(cases, policy, k, T, model, estimator, seed, max_new_tokens, device)
+        portfolios, rows, _, config = execute_run(cases, policy, k, T, model, estimator, seed, max_new_tokens, device,
+                                                  steer=steer_config)
         run_config = {"data": str(data), "format": format, "rank_by": rank_by, "policy": policy, "k": k, "T": T,
                       "model": model, "estimator": estimator, "seed": seed, "limit": limit,
-                      "sampling": config.sampling.__dict__}
+                      "sampling": config.sampling.__dict__,
+                      "steer": steer_config.to_json() if steer_config else None}
         summary = write_run(out_dir, cases, portfolios, rows, run_config)
         out.print(summary_table({policy: summary["mean"]}, title=f"{data.name}: {len(rows)} cases, k={k}, T={T}"))
         err.print(f"wrote {out_dir}/rounds.jsonl, cases.jsonl, summary.json")
@@ -232,6 +252,259 @@ def demo(
                 out.print(portfolio_panel(case, portfolio, row))
             means[policy] = summarize(rows)
         out.print(summary_table(means, title="demo: mean over questions"))
+
+
+@app.command("pools")
+def pools_command(
+    data: Annotated[Path, typer.Option("--data", help="Cases: generic JSONL or an ALCE-style ASQA JSON file.")],
+    width: Annotated[int, typer.Option("--width", help="Passages per controlled context (K >= m).")],
+    padding: Annotated[str, typer.Option("--padding", help="off-query, same-query or duplicates.")],
+    out_path: Annotated[Path, typer.Option("--out", help="Output JSONL, one controlled pool per case.")],
+    m: Annotated[int, typer.Option("--m", help="Necessary passages (disjoint answer sets).")] = 2,
+    seed: SeedOpt = 0,
+    format: Annotated[str, typer.Option("--format", help="auto or a format name (docs/data.md).")] = "auto",
+    max_passage_words: Annotated[int, typer.Option(
+        "--max-passage-words", help="Longer passages are not eligible for any role (0: no limit).")] = 200,
+) -> None:
+    """Build controlled pools (Appendix C): m necessary passages plus padding, shuffled per case."""
+    with user_errors():
+        from ascp.data import load_cases
+        from ascp.jsonio import write_jsonl
+        from ascp.validation.pools import build_pools, check_pool_args, skip_summary
+
+        check_pool_args(width, padding, m)
+        if not out_path.parent.exists():
+            raise AscpError(f"output folder {out_path.parent} does not exist; create it first.")
+        cases = load_cases(data, format=format, rank_by="given")  # no pool choice depends on a ranking
+        built, skips = build_pools(cases, width, padding, m=m, seed=seed, max_words=max_passage_words)
+        reasons = "; ".join(f"{k}: {v}" for k, v in skip_summary(skips).items())
+        if not built:
+            raise AscpError(f"no eligible case in {data} for width {width} with {padding} padding ({reasons}).")
+        write_jsonl(out_path, (p.to_json() for p in built))
+        err.print(f"wrote {len(built)} pools to {out_path}; skipped {len(skips)} of {len(cases)} cases"
+                  + (f" ({reasons})" if skips else ""), markup=False, highlight=False)
+
+
+@app.command("validate-probe")
+def validate_probe(
+    data: Annotated[Path, typer.Option("--data", help="Cases: generic JSONL or an ALCE-style ASQA JSON file.")],
+    out_dir: Annotated[Path, typer.Option("--out", help="Output folder: scores.jsonl, responses.jsonl, "
+                                          "summary.json, results.md, figure-<protocol>.png.")],
+    widths: Annotated[str, typer.Option("--widths", help="Context widths, comma-separated.")] = "3,6,12,24",
+    paddings: Annotated[str, typer.Option("--paddings", help="off-query, same-query, duplicates.")]
+    = "off-query,same-query",
+    estimators: Annotated[str, typer.Option("--estimators", help="Comma-separated estimator names.")]
+    = "loo,replace,contextcite,bm25,qd-cosine,yd-cosine",
+    protocol: Annotated[str, typer.Option("--protocol", help="fixed, free, or fixed,free for both.")] = "fixed",
+    limit: Annotated[int | None, typer.Option("--limit", help="Use the first N eligible cases.")] = None,
+    m: Annotated[int, typer.Option("--m", help="Necessary passages per context.")] = 2,
+    seed: SeedOpt = 0,
+    model: ModelOpt = "default",
+    contextcite_ablations: Annotated[int, typer.Option("--contextcite-ablations")] = 32,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens")] = 64,
+    temperature: Annotated[float, typer.Option("--temperature")] = 0.7,
+    instruction: Annotated[str, typer.Option("--instruction", help="commit or integrate.")] = "commit",
+    max_minutes: Annotated[float | None, typer.Option(
+        "--max-minutes", help="Start no new case after this many minutes (the report says so).")] = None,
+    format: Annotated[str, typer.Option("--format", help="auto or a format name (docs/data.md).")] = "auto",
+    max_passage_words: Annotated[int, typer.Option("--max-passage-words")] = 200,
+    bootstrap: Annotated[int, typer.Option("--bootstrap", help="Cluster-bootstrap replicates.")] = 2000,
+    device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
+) -> None:
+    """Validate the probe on controlled pools (Sec. 4, Fig. 3): AUC, cover@m gain, operating-point transfer."""
+    with user_errors():
+        from ascp.attribution import ESTIMATOR_NAMES
+        from ascp.data import load_cases
+        from ascp.lm.generation import SamplingConfig
+        from ascp.lm.resolve import load_language_model
+        from ascp.runio import check_out_dir
+        from ascp.validation import experiment as vx
+        from ascp.validation.pools import PADDINGS
+        from ascp.validation.report import build_summary, write_outputs
+
+        if bootstrap < 100:
+            raise AscpError(f"--bootstrap must be at least 100, got {bootstrap}.")
+        config = vx.ValidationConfig(
+            widths=vx.parse_widths(widths), paddings=vx.parse_list(paddings, PADDINGS, "padding"),
+            estimators=vx.parse_list(estimators, ESTIMATOR_NAMES, "estimator"),
+            protocols=vx.parse_list(protocol, vx.PROTOCOLS, "protocol"), m=m, seed=seed, limit=limit,
+            contextcite_ablations=contextcite_ablations, instruction=instruction, max_minutes=max_minutes,
+            sampling=SamplingConfig(temperature=temperature, max_new_tokens=max_new_tokens),
+            max_words=max_passage_words,
+        )
+        config.check()
+        check_out_dir(out_dir)
+        cases = load_cases(data, format=format, rank_by="given")  # no pool choice depends on a ranking
+        _, selected = vx.select(cases, cases, config)
+        err.print(f"{len(selected)} eligible cases selected", markup=False, highlight=False)
+        with err.status(f"loading model {model!r}"):
+            lm = load_language_model(model, device=device)
+        run = vx.run_validation(lm, selected, cases, config, log=lambda s: err.print(s, markup=False, highlight=False))
+        def command(limit, max_minutes) -> str:
+            return " ".join(
+                ["ascp validate-probe", f"--data {data}", f"--out {out_dir}", f"--widths {widths}",
+                 f"--paddings {paddings}", f"--estimators {estimators}", f"--protocol {protocol}",
+                 *([f"--limit {limit}"] if limit else []), f"--m {m}", f"--seed {seed}", f"--model {model}",
+                 f"--contextcite-ablations {contextcite_ablations}", f"--max-new-tokens {max_new_tokens}",
+                 f"--temperature {temperature}", f"--instruction {instruction}",
+                 *([f"--max-minutes {max_minutes:g}"] if max_minutes else []), f"--format {format}",
+                 f"--max-passage-words {max_passage_words}", f"--bootstrap {bootstrap}",
+                 f"--device {device}"])
+
+        summary = build_summary(run, str(data), model, n_boot=bootstrap, command=command(limit, max_minutes))
+        summary["reproduce"] = command(len(run.cases), None)  # the same cases, without the time budget
+        write_outputs(out_dir, run, summary)
+        err.print(f"wrote {out_dir}/results.md, scores.jsonl, responses.jsonl, summary.json and figures "
+                  f"({len(run.cases)} cases, {run.seconds:.0f} s)", markup=False, highlight=False)
+
+
+# ----- ascp experiment: declarative specs -> resumable run store -> Parquet ---------------------
+
+experiment_app = typer.Typer(
+    no_args_is_help=True,
+    help="Declarative experiments: a YAML spec of tasks x models x seeds x conditions, run into a resumable store.",
+)
+app.add_typer(experiment_app, name="experiment")
+
+
+@experiment_app.command("run")
+def experiment_run(
+    spec: Annotated[Path, typer.Argument(help="YAML spec: name, tasks, models, seeds, grid or conditions.")],
+    out_dir: Annotated[Path, typer.Option("--out", help="Run store folder; rerun the same command to resume.")],
+    executor: Annotated[str, typer.Option("--executor", help="local (one process, batched) or ray.")] = "local",
+    workers: Annotated[int, typer.Option("--workers", help="Ray actors per model (each loads it once).")] = 1,
+    address: Annotated[str | None, typer.Option("--address", help="Join this Ray cluster; default: start a "
+                                                "local one.")] = None,
+    cpus_per_worker: Annotated[float, typer.Option("--cpus-per-worker", help="Ray: CPUs per actor.")] = 1.0,
+    gpus_per_worker: Annotated[float, typer.Option("--gpus-per-worker", help="Ray: GPUs per actor.")] = 0.0,
+) -> None:
+    """Run (or resume) every unit of an experiment spec; finished units are never redone or lost."""
+    from ascp.experiments.run import prepare, run_experiment
+
+    with user_errors():
+        plan = prepare(spec, executor, workers)
+        options = {"cpus_per_worker": cpus_per_worker, "gpus_per_worker": gpus_per_worker} if executor == "ray" else {}
+        bar = _progress()
+        state: dict = {}
+
+        def on_start(rounds: int, done: int, total: int) -> None:
+            err.print(f"{plan.spec.name}: {done}/{total} units done; {total - done} to run ({executor})",
+                      markup=False, highlight=False)
+            state["task"] = bar.add_task("units", total=rounds)
+
+        def progress(rounds: int, units: int) -> None:
+            if "task" in state:
+                bar.advance(state["task"], rounds)
+
+        try:
+            with bar:
+                result = run_experiment(plan.spec, out_dir, executor=executor, workers=workers, address=address,
+                                        progress=progress, plan=plan, on_start=on_start, **options)
+        except KeyboardInterrupt:
+            err.print(f"interrupted; finished units are kept in {out_dir}; rerun the same command to resume.")
+            raise typer.Exit(130) from None
+        err.print(f"wrote {result.written} units; {result.done}/{result.total} done in {out_dir}/units.jsonl",
+                  markup=False, highlight=False)
+
+
+@experiment_app.command("status")
+def experiment_status(
+    directory: Annotated[Path, typer.Argument(help="A run store folder (the --out of `experiment run`).")],
+    groups: Annotated[bool, typer.Option("--groups/--no-groups", help="Also list task x model x seed x condition."
+                                         )] = True,
+) -> None:
+    """Show how many units of a run store are done, overall and per group."""
+    from rich.table import Table
+
+    from ascp.experiments.run import status
+
+    with user_errors():
+        info = status(directory)
+        if groups:
+            table = Table(title=f"{info['name']}: {directory}")
+            for column in ("task", "model", "seed", "condition", "done"):
+                table.add_column(column, justify="right" if column in ("seed", "done") else "left")
+            for g in info["groups"]:
+                table.add_row(g["task"], g["model"], str(g["seed"]), g["condition"], f"{g['done']}/{g['total']}")
+            out.print(table)
+        running = f" (being written by pid {info['writer_pid']})" if info["writer_pid"] else ""
+        out.print(f"{info['done']}/{info['total']} units done{running}", markup=False, highlight=False)
+
+
+@experiment_app.command("export")
+def experiment_export(
+    directory: Annotated[Path, typer.Argument(help="A run store folder (the --out of `experiment run`).")],
+) -> None:
+    """Write DIR/units.parquet (one row per unit) and DIR/rounds.parquet (one row per round)."""
+    from ascp.experiments.run import export
+
+    with user_errors():
+        paths = export(directory)
+        err.print(f"wrote {paths[0]} and {paths[1]}", markup=False, highlight=False)
+
+
+@app.command("density")
+def density_command(
+    data: Annotated[list[Path], typer.Option("--data", help="A data file; repeat --data for several tasks.")],
+    format: Annotated[str, typer.Option("--format", help="auto, jsonl, asqa, qampari, eli5, alce, hotpotqa, "
+                                        "hotpotqa-ircot or recipes (one format for every --data).")] = "auto",
+    rank_by: Annotated[str, typer.Option("--rank-by", help="Pool order: auto (the format's default), given, dense "
+                                         "or bm25.")] = "auto",
+    limit: Annotated[int | None, typer.Option("--limit", help="Use only the first N cases of each file.")] = None,
+    depth: Annotated[int | None, typer.Option("--depth", help="Pool depth (recipes: extend by BM25 over the "
+                                              "corpus; others: keep the top N).")] = None,
+    max_rank: Annotated[int, typer.Option("--max-rank", help="Deepest rank counted (N).")] = 30,
+    nli_model: Annotated[str | None, typer.Option("--nli-model", help="NLI cross-encoder (folder or cached name) "
+                                                  "to attest claim units (ELI5); default: claims are skipped.")] = None,
+    out_path: Annotated[Path | None, typer.Option("--out", help="Also write the densities as JSON.")] = None,
+) -> None:
+    """Relevance density per task (Table 3): rho by rank band, head-5 shares, gold units, log-log slope."""
+    with user_errors():
+        import json
+
+        from rich.table import Table
+
+        from ascp.data import load_cases
+        from ascp.data.density import BANDS, band_label, density_by_task
+
+        if max_rank < 5:
+            raise AscpError(f"--max-rank must be at least 5, got {max_rank}.")
+        if out_path is not None and not out_path.parent.exists():
+            raise AscpError(f"output folder {out_path.parent} does not exist; create it first.")
+        matcher = None
+        if nli_model is not None:
+            from ascp.data.matching import NLIMatcher
+
+            matcher = NLIMatcher(nli_model)
+        results = []  # (file, density): one row per task per file
+        for path in data:
+            with err.status(f"loading and ranking {path.name}"):
+                cases = load_cases(path, format=format, rank_by=rank_by, limit=limit, require_pool=False, depth=depth)
+            with err.status(f"attesting gold units in {path.name}"):
+                results.extend((path, d) for d in density_by_task(cases, max_rank=max_rank, matcher=matcher))
+        repeated = {d.task for _, d in results if sum(e.task == d.task for _, e in results) > 1}
+        labels = [band_label(lo, hi, max_rank) for lo, hi in BANDS]
+        table = Table(title=f"Relevance density (ranks 1-{max_rank}; rank_by={rank_by}; att/q: gold units "
+                            "attested in the pool; slope: d log rho / d log i)")
+        for col in ("task", "queries", "skipped", "pool", "gold/q", "att/q", *(f"rho {b}" for b in labels),
+                    "head-5 any", "head-5 new", "slope"):
+            table.add_column(col, justify="left" if col == "task" else "right", no_wrap=col == "task")
+
+        def fmt(x: float, digits: int = 3) -> str:
+            return "-" if x != x else f"{x:.{digits}f}"
+
+        for path, d in results:
+            label = f"{d.task} ({path.name})" if d.task in repeated else d.task
+            table.add_row(label, str(d.used), str(d.skipped), fmt(d.mean_pool, 1), fmt(d.gold_units, 1),
+                          fmt(d.attested_units, 1), *(fmt(d.bands[b]) for b in labels), fmt(d.head5_any),
+                          fmt(d.head5_new), fmt(d.slope, 2))
+        out.print(table)
+        if out_path is not None:
+            from ascp.jsonio import atomic_writer
+
+            with atomic_writer(out_path) as handle:
+                json.dump([{"data": str(path), **d.to_json()} for path, d in results], handle, indent=2)
+            err.print(f"wrote {out_path}")
 
 
 def main() -> None:

@@ -9,20 +9,28 @@ fed back. The probe runs for every policy so ECR is comparable across policies.
 Batching: policies that read no feedback have rounds that do not depend on each other, so all
 (case, round) generations go out in one batched call; feedback policies batch across cases
 round by round.
+
+Steering (`LoopConfig.steer`, Sec. 6.3): round t >= 2 of a case whose over-used set O_t (every
+passage the probe flagged `used` in rounds 1..t-1) is not empty is decoded with Eq. 5 + APC
+(`ascp.decoding`); other rounds decode ordinarily. O depends on earlier probe readings, so a
+steered run goes round by round even for open-loop policies, unless the steering is the
+identity (alpha = 0, eta = 0), which changes no round and keeps ordinary batching, so such a run
+reproduces the unsteered run exactly. Each round records `steered` and `overused` = |O_t|.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ascp.attribution import make_estimator
 from ascp.attribution.base import Estimator, ProbeInput, free_threshold, normalize, used_mask
+from ascp.decoding import SteerConfig, generate_steered, overused_set, steer_prompts
 from ascp.errors import AscpError
-from ascp.lm.generation import SamplingConfig, derive_seed, generate
+from ascp.lm.generation import SamplingConfig, derive_seed
 from ascp.prompts import PromptTemplate
 from ascp.schedulers import make_scheduler
 from ascp.schedulers.base import RoundFeedback, Scheduler, Selection
@@ -42,6 +50,7 @@ class LoopConfig:
     threshold: float | None = None  # None: tau(k) = 0.555 k^-0.633 on normalised scores
     batch_size: int = 8
     scheduler_options: dict = field(default_factory=dict)
+    steer: SteerConfig | None = None  # None: ordinary decoding in every round
 
     def __post_init__(self) -> None:
         if self.k < 1 or self.T < 1:
@@ -53,6 +62,7 @@ class _Job:
     case: Case
     round: int
     selection: Selection
+    overused: tuple[str, ...] = ()  # O of this round when it is decoded steered, else empty
 
 
 def run_portfolios(
@@ -75,33 +85,52 @@ def run_portfolios(
         schedulers[case.id] = make_scheduler(config.policy, view, config.k, config.T, rng, **options)
     history: dict[str, list[RoundFeedback]] = {c.id: [] for c in cases}
     rounds: dict[str, list[Round]] = {c.id: [] for c in cases}
-    open_loop = not any(s.reads_feedback for s in schedulers.values())
+    steering = config.steer is not None and not config.steer.is_identity
+    open_loop = not steering and not any(s.reads_feedback for s in schedulers.values())
     stages = [list(range(1, config.T + 1))] if open_loop else [[t] for t in range(1, config.T + 1)]
     for stage in stages:
         jobs = [
-            _Job(case, t, schedulers[case.id].select(t, tuple(history[case.id])))
+            _Job(case, t, schedulers[case.id].select(t, tuple(history[case.id])),
+                 overused_set(h.used for h in history[case.id]) if steering else ())
             for t in stage for case in cases
         ]
         for job, rnd in zip(jobs, _run_jobs(lm, jobs, config, estimator, progress), strict=True):
             rounds[job.case.id].append(rnd)
             history[job.case.id].append(RoundFeedback(rnd.context, rnd.normalized, rnd.used, rnd.response))
-    return [
-        Portfolio(case.id, config.policy, tuple(sorted(rounds[case.id], key=lambda r: r.round))) for case in cases
-    ]
+    portfolios = []
+    for case in cases:
+        ordered = sorted(rounds[case.id], key=lambda r: r.round)
+        if config.steer is not None:  # O_t from rounds 1..t-1: the set the decoder steered with
+            marked = []
+            for t, r in enumerate(ordered):
+                overused = overused_set(e.used for e in ordered[:t])
+                marked.append(replace(r, steered=bool(overused), overused=len(overused)))
+            ordered = marked
+        portfolios.append(Portfolio(case.id, config.policy, tuple(ordered)))
+    return portfolios
 
 
 def _run_jobs(lm, jobs: list[_Job], config: LoopConfig, estimator: Estimator, progress) -> list[Round]:
-    prompts = []
+    prompts, items = [], []
     for job in jobs:
         passages = [job.case.passage(pid) for pid in job.selection.ids]
-        prompt = lm.encode_prompt(job.case.question, passages, config.template, job.selection.earlier_outputs)
-        lm.check_fits(f"case {job.case.id!r} round {job.round}", prompt.num_tokens, config.sampling.max_new_tokens)
+        what = f"case {job.case.id!r} round {job.round}"
+        if job.overused:
+            item = steer_prompts(lm, job.case.question, passages, [job.case.passage(pid) for pid in job.overused],
+                                 config.template, job.selection.earlier_outputs)
+            streams = (item.full, item.without, item.only) if config.steer.runs_contrast else (item.full,)
+            for name, p in zip(("", " (C without O)", " (O only)"), streams, strict=False):
+                lm.check_fits(what + name, p.num_tokens, config.sampling.max_new_tokens)
+            prompt = item.full
+        else:
+            item = prompt = lm.encode_prompt(job.case.question, passages, config.template,
+                                             job.selection.earlier_outputs)
+            lm.check_fits(what, prompt.num_tokens, config.sampling.max_new_tokens)
         prompts.append(prompt)
+        items.append(item)
     start = time.perf_counter()
-    gens = generate(
-        lm, [p.ids for p in prompts], config.sampling,
-        [derive_seed(config.seed, job.case.id, job.round) for job in jobs], config.batch_size,
-    )
+    seeds = [derive_seed(config.seed, job.case.id, job.round) for job in jobs]
+    gens = generate_steered(lm, items, config.sampling, seeds, config.steer or SteerConfig(), config.batch_size)
     gen_share = (time.perf_counter() - start) / max(1, len(jobs))  # batched: each round gets an equal share
     out = []
     for job, prompt, gen in zip(jobs, prompts, gens, strict=True):

@@ -42,6 +42,8 @@ def round_records(portfolio: Portfolio) -> list[dict[str, Any]]:
             "scores": r.scores,
             "normalized": r.normalized,
             "used": list(r.used),
+            "steered": r.steered,
+            "overused": r.overused,
             "seconds": round(r.seconds, 4),
         }
         for r in portfolio.rounds

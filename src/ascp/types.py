@@ -14,6 +14,7 @@ class Passage:
     title: str = ""
     score: float | None = None
     rank: int | None = None
+    supporting: bool | None = None  # gold supporting paragraph (HotpotQA); None where the format has no such label
 
     @property
     def full_text(self) -> str:
@@ -102,6 +103,8 @@ class Round:
     normalized: dict[str, float]
     used: tuple[str, ...]
     seconds: float
+    steered: bool = False  # decoded with attribution steering (Eq. 5): steering on and O non-empty
+    overused: int = 0  # |O|: passages flagged used in earlier rounds (0 when steering is off)
 
 
 @dataclass(frozen=True)

@@ -1,50 +1,89 @@
-"""Data loaders: every real format becomes a tuple of `Case`s with a ranked pool and gold units.
+"""Data loaders: every real format becomes a list of `Case`s with a ranked pool and gold units.
 
-`load_cases(path, format="auto")` dispatches on the format; pools whose retriever scores are
-not comparable (ASQA's merged BM25/hybrid pools) are ranked by ascp itself
-(`ascp.data.ranking`), and the rank order is written out with every run.
+`load_cases(path, format="auto")` detects (`ascp.data.detect`) or takes the format, reads the
+file with that format's loader, orders every pool (`ascp.data.ranking`; the order used is stored
+in `Passage.rank`) and optionally cuts pools to `depth`. Formats (docs/data.md):
+
+    jsonl           generic case JSONL (ascp.data.jsonl)                      default order: given
+    asqa            ALCE ASQA JSON (ascp.data.alce)                           dense
+    qampari, eli5   ALCE QAMPARI / ELI5 JSON (ascp.data.alce)                 dense
+    alce            ALCE JSON, task decided per item by its fields            dense
+    hotpotqa        official HotpotQA JSON (ascp.data.hotpotqa)               dense (file order is shuffled)
+    hotpotqa-ircot  IRCoT HotpotQA JSON lines (ascp.data.hotpotqa)            dense
+    recipes         Carriage recipe retrieval file (ascp.data.recipes)        given (retriever order)
+
+`rank_by="auto"` uses the default above; `given`, `dense` or `bm25` forces one order.
+`require_pool=False` admits cases without passages (the gold-only ALCE files), for gold
+statistics only; portfolio runs need the default `True`, which rejects them with a clear error.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from ascp.errors import AscpError
 from ascp.types import Case
 
-FORMATS = ("auto", "jsonl", "asqa")
+FORMATS = ("auto", "jsonl", "asqa", "qampari", "eli5", "alce", "hotpotqa", "hotpotqa-ircot", "recipes")
+DEFAULT_ORDER = {"jsonl": "given", "asqa": "dense", "qampari": "dense", "eli5": "dense", "alce": "dense",
+                 "hotpotqa": "dense", "hotpotqa-ircot": "dense", "recipes": "given"}
 
 
-def detect_format(path: Path) -> str:
-    """`asqa` for an ALCE-style JSON list with `qa_pairs` and `docs`; `jsonl` for a .jsonl file."""
-    if path.suffix.lower() == ".jsonl":
-        return "jsonl"
-    if path.suffix.lower() == ".json":
-        with path.open(encoding="utf-8") as handle:
-            head = handle.read(4096)
-        if head.lstrip().startswith("[") and ('"qa_pairs"' in head or '"docs"' in head):
-            return "asqa"
-    raise AscpError(f"cannot tell the format of {path}; pass --format jsonl or --format asqa.")
+def detect_format(path: str | Path) -> str:
+    """The format of `path` (rules in `ascp.data.detect`); AscpError when it cannot tell."""
+    from ascp.data.detect import detect_format as detect
+
+    return detect(Path(path))
 
 
-def load_cases(path: str | Path, format: str = "auto", rank_by: str = "dense", limit: int | None = None) -> list[Case]:
-    """Read cases from `path`. `rank_by` orders pools without comparable scores: dense | bm25."""
+def _loader(fmt: str) -> Callable[..., list[Case]]:
+    if fmt == "jsonl":
+        from ascp.data.jsonl import load_jsonl_cases
+
+        return lambda path, limit, require_pool, depth: load_jsonl_cases(path, limit=limit)
+    if fmt in ("asqa", "qampari", "eli5", "alce"):
+        from ascp.data.alce import load_alce
+
+        return lambda path, limit, require_pool, depth: load_alce(
+            path, task=None if fmt == "alce" else fmt, limit=limit, require_pool=require_pool)
+    if fmt in ("hotpotqa", "hotpotqa-ircot"):
+        from ascp.data.hotpotqa import load_hotpotqa, load_hotpotqa_ircot
+
+        read = load_hotpotqa if fmt == "hotpotqa" else load_hotpotqa_ircot
+        return lambda path, limit, require_pool, depth: read(path, limit=limit, require_pool=require_pool)
+    from ascp.data.recipes import load_recipes
+
+    return partial(load_recipes)
+
+
+def load_cases(
+    path: str | Path, format: str = "auto", rank_by: str = "auto", limit: int | None = None, *,
+    require_pool: bool = True, depth: int | None = None,
+) -> list[Case]:
+    """Read, order and (optionally) cut the cases in `path`.
+
+    `rank_by`: auto | given | dense | bm25. `limit`: the first N cases. `depth`: keep the top
+    `depth` passages of each pool after ordering (recipes: also extend the pool to `depth` from
+    the corpus). `require_pool`: reject cases without passages (False: gold-only statistics).
+    """
+    from ascp.data.ranking import RANKERS, rank_pools
+
     path = Path(path)
     if not path.is_file():
         raise AscpError(f"data file {path} does not exist or is not a file; pass an existing file with --data.")
     if format not in FORMATS:
         raise AscpError(f"unknown format {format!r}; choose one of {', '.join(FORMATS)}.")
+    if rank_by != "auto" and rank_by not in RANKERS:
+        raise AscpError(f"unknown ranker {rank_by!r}; choose one of auto, {', '.join(RANKERS)}.")
+    for name, value in (("limit", limit), ("depth", depth)):
+        if value is not None and value < 1:
+            raise AscpError(f"{name} must be at least 1, got {value}.")
     fmt = detect_format(path) if format == "auto" else format
-    if fmt == "jsonl":
-        from ascp.data.jsonl import load_jsonl_cases
-
-        cases = load_jsonl_cases(path, limit=limit)
-    else:
-        from ascp.data.asqa import load_asqa
-
-        cases = load_asqa(path, limit=limit)
-    if fmt == "asqa":
-        from ascp.data.ranking import rank_pools
-
-        cases = rank_pools(cases, rank_by)
+    cases = _loader(fmt)(path, limit=limit, require_pool=require_pool, depth=depth)
+    cases = rank_pools(cases, DEFAULT_ORDER[fmt] if rank_by == "auto" else rank_by)
+    if depth is not None:
+        cases = [replace(c, pool=c.pool[:depth]) for c in cases]
     return cases

@@ -1,8 +1,10 @@
-"""Ranking pools whose retriever scores are not comparable.
+"""Ordering pools: keep the file's order, or re-rank against the question.
 
-`dense` (default): cosine between the question and `title: text` of each passage under the
-embedded all-MiniLM-L6-v2 embedder; `bm25`: BM25 of each passage for the question with the
-pool as the collection. Ties keep the original order. The new rank is stored on each passage.
+`given`: the order the file lists passages in (meaningful for generic JSONL and retrieval
+outputs such as the recipe files). `dense`: cosine between the question and `title: text` of
+each passage under the embedded all-MiniLM-L6-v2 embedder. `bm25`: BM25 of each passage for the
+question with the pool as the collection. Ties keep the original order. The rank used (1 =
+best) is stored on each passage (`Passage.rank`); re-ranking also stores its score.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import numpy as np
 from ascp.errors import AscpError
 from ascp.types import Case
 
-RANKERS = ("dense", "bm25")
+RANKERS = ("given", "dense", "bm25")
 
 
 def _dense_scores(case: Case) -> np.ndarray:
@@ -35,11 +37,13 @@ def _bm25_scores(case: Case) -> np.ndarray:
 def rank_pools(cases: list[Case], rank_by: str = "dense") -> list[Case]:
     if rank_by not in RANKERS:
         raise AscpError(f"unknown ranker {rank_by!r}; choose one of {', '.join(RANKERS)}.")
-    scorer = _dense_scores if rank_by == "dense" else _bm25_scores
     ranked = []
     for case in cases:
-        scores = scorer(case)
-        order = np.argsort(-scores, kind="stable")
-        pool = tuple(replace(case.pool[i], score=float(scores[i]), rank=r + 1) for r, i in enumerate(order))
+        if rank_by == "given" or not case.pool:
+            pool = tuple(replace(p, rank=r) for r, p in enumerate(case.pool, start=1))
+        else:
+            scores = (_dense_scores if rank_by == "dense" else _bm25_scores)(case)
+            order = np.argsort(-scores, kind="stable")
+            pool = tuple(replace(case.pool[i], score=float(scores[i]), rank=r + 1) for r, i in enumerate(order))
         ranked.append(replace(case, pool=pool))
     return ranked

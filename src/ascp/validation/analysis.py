@@ -1,0 +1,207 @@
+"""Fig. 3 numbers from the per-passage score rows (`scores.jsonl`), so any of them can be recomputed.
+
+Definitions (one *context* = one protocol x estimator x case x width x padding):
+
+- AUC: within each context, `ascp.metrics.auc` of the raw scores with the necessary passages as
+  positives and every other passage as negatives (ties count one half), averaged over cases.
+- cover@m: the units of the designed answer set (those the necessary passages attest) that the
+  top-m passages by raw score attest (`ascp.metrics.cover_at_m`; ties keep context order, which
+  is itself a seeded shuffle). Random baseline: the exact expectation over uniformly random
+  m-subsets, mean over u of 1 - C(K - n_u, m) / C(K, m), with n_u the passages attesting u.
+  Gain = cover@m - random, averaged over contexts.
+- Operating-point transfer: per protocol, estimator and width, tau = the 95th percentile of the
+  normalised scores a(d) of off-query padding passages (pooled over cases); exceedance = share
+  of same-query padding passages (near-misses: same pool, no gold alias) with a(d) > tau.
+- Intervals: 95% percentile cluster bootstrap over cases (a case's contexts are resampled
+  together; for the transfer the threshold is re-estimated in every replicate). p: two-sided
+  bootstrap p-value of the mean against its null (0.5 for AUC, 0 for gain).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ascp.metrics import auc, cover_at_m
+
+PROXIES = ("bm25", "qd-cosine")  # the query-relevance proxies of the paper's reversal claim
+QUANTILE = 0.95
+
+
+@dataclass(frozen=True)
+class Context:
+    protocol: str
+    estimator: str
+    case_id: str
+    width: int
+    padding: str
+    ids: tuple[str, ...]
+    roles: tuple[str, ...]
+    answers: tuple[frozenset[str], ...]
+    scores: np.ndarray
+    normalized: np.ndarray
+
+    @property
+    def necessary(self) -> np.ndarray:
+        return np.array([r == "necessary" for r in self.roles])
+
+    @property
+    def designed(self) -> frozenset[str]:
+        return frozenset(u for r, a in zip(self.roles, self.answers, strict=True) if r == "necessary" for u in a)
+
+
+def contexts(rows: Iterable[dict[str, Any]]) -> list[Context]:
+    """Group per-passage rows into contexts (passages in context order)."""
+    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        groups[(r["protocol"], r["estimator"], r["case_id"], int(r["width"]), r["padding"])].append(r)
+    out = []
+    for key, rs in groups.items():
+        rs.sort(key=lambda r: r["position"])
+        out.append(Context(*key, ids=tuple(r["passage_id"] for r in rs), roles=tuple(r["role"] for r in rs),
+                           answers=tuple(frozenset(r["answers"]) for r in rs),
+                           scores=np.array([r["score"] for r in rs], dtype=float),
+                           normalized=np.array([r["normalized"] for r in rs], dtype=float)))
+    return out
+
+
+def context_auc(ctx: Context) -> float:
+    return auc(ctx.scores, ctx.necessary)
+
+
+def random_cover(answers: Sequence[Iterable[str]], designed: Iterable[str], m: int) -> float:
+    """Exact expected cover@m of a uniformly random ranking of the passages."""
+    designed = set(designed)
+    if not designed:
+        raise ValueError("no designed units: cover@m is undefined")
+    k = len(answers)
+    m = min(m, k)
+    total = math.comb(k, m)
+    hit = [1.0 - math.comb(k - sum(u in set(a) for a in answers), m) / total for u in designed]
+    return float(np.mean(hit))
+
+
+def context_cover(ctx: Context, m: int) -> tuple[float, float]:
+    """(cover@m of the estimator's ranking, expected cover@m of a random ranking)."""
+    order = np.argsort(-ctx.scores, kind="stable")
+    ranked = [ctx.ids[i] for i in order]
+    bearing = dict(zip(ctx.ids, ctx.answers, strict=True))
+    return cover_at_m(ranked, bearing, m, ctx.designed), random_cover(ctx.answers, ctx.designed, m)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    mean: float
+    lo: float
+    hi: float
+    p: float
+    n_cases: int
+    n: int  # contexts (or passages) averaged
+
+    def to_json(self) -> dict[str, float | int]:
+        return {"mean": self.mean, "lo": self.lo, "hi": self.hi, "p": self.p, "n_cases": self.n_cases, "n": self.n}
+
+
+def cluster_bootstrap(values: Sequence[float], clusters: Sequence[str], null: float = 0.0,
+                      n_boot: int = 2000, seed: int = 0) -> Estimate:
+    """Mean of `values` with a percentile cluster-bootstrap 95% interval (clusters resampled whole)."""
+    v = np.asarray(values, dtype=float)
+    keep = np.isfinite(v)
+    v, cl = v[keep], np.asarray(clusters)[keep]
+    if v.size == 0:
+        return Estimate(math.nan, math.nan, math.nan, math.nan, 0, 0)
+    names, inv = np.unique(cl, return_inverse=True)
+    sums = np.bincount(inv, weights=v)
+    counts = np.bincount(inv).astype(float)
+    rng = np.random.default_rng(seed)
+    draw = rng.integers(0, len(names), size=(n_boot, len(names)))
+    boot = sums[draw].sum(1) / counts[draw].sum(1)
+    lo, hi = np.quantile(boot, [0.025, 0.975])
+    p = min(1.0, 2 * min(np.mean(boot <= null), np.mean(boot >= null)))
+    return Estimate(float(v.mean()), float(lo), float(hi), float(p), len(names), int(v.size))
+
+
+def _threshold_exceedance(off: Sequence[np.ndarray], same: Sequence[np.ndarray]) -> tuple[float, float, int]:
+    if not off or not same:
+        return math.nan, math.nan, 0
+    tau = float(np.quantile(np.concatenate(off), QUANTILE))
+    s = np.concatenate(same)
+    return tau, (float(np.mean(s > tau)) if s.size else math.nan), int(s.size)
+
+
+def transfer(off: Sequence[Context], same: Sequence[Context], n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """The off-query 95th-percentile operating point applied to same-query near-misses."""
+    off_by = {c.case_id: c.normalized[[r == "padding" for r in c.roles]] for c in off}
+    same_by = {c.case_id: c.normalized[[r == "padding" for r in c.roles]] for c in same}
+    cases = sorted(set(off_by) | set(same_by))
+    tau, rate, n = _threshold_exceedance(list(off_by.values()), list(same_by.values()))
+    rng = np.random.default_rng(seed)
+    boot = []
+    for _ in range(n_boot if cases else 0):
+        draw = [cases[i] for i in rng.integers(0, len(cases), size=len(cases))]
+        boot.append(_threshold_exceedance([off_by[c] for c in draw if c in off_by],
+                                          [same_by[c] for c in draw if c in same_by])[1])
+    b = np.array([x for x in boot if np.isfinite(x)])
+    lo, hi = np.quantile(b, [0.025, 0.975]) if b.size else (math.nan, math.nan)
+    return {"threshold": tau, "exceedance": rate, "lo": float(lo), "hi": float(hi), "n_near_misses": n,
+            "n_cases": len(same_by)}
+
+
+def summarize(rows: Iterable[dict[str, Any]], m: int = 2, n_boot: int = 2000, seed: int = 0) -> dict[str, list]:
+    """Every Fig. 3 number: `auc`, `cover`, `transfer` and `reversal` records."""
+    ctxs = contexts(rows)
+    by: dict[tuple, list[Context]] = defaultdict(list)
+    for c in ctxs:
+        by[(c.protocol, c.estimator, c.width, c.padding)].append(c)
+    auc_rows, cover_rows, transfer_rows = [], [], []
+    cover_vals: dict[tuple, list[tuple[str, float, float]]] = defaultdict(list)
+    for (protocol, est, width, padding), cs in sorted(by.items()):
+        e = cluster_bootstrap([context_auc(c) for c in cs], [c.case_id for c in cs], 0.5, n_boot, seed)
+        auc_rows.append({"protocol": protocol, "estimator": est, "width": width, "padding": padding, **e.to_json()})
+        for c in cs:
+            cov, rnd = context_cover(c, m)
+            for w, p in ((width, padding), ("all", padding), ("all", "all")):
+                cover_vals[(protocol, est, w, p)].append((c.case_id, cov, rnd))
+    for (protocol, est, w, p), vals in sorted(cover_vals.items(), key=lambda kv: str(kv[0])):
+        cl = [v[0] for v in vals]
+        gain = cluster_bootstrap([v[1] - v[2] for v in vals], cl, 0.0, n_boot, seed)
+        cover_rows.append({"protocol": protocol, "estimator": est, "width": w, "padding": p,
+                           "cover": float(np.mean([v[1] for v in vals])),
+                           "random": float(np.mean([v[2] for v in vals])),
+                           "gain": gain.mean, "lo": gain.lo, "hi": gain.hi, "p": gain.p,
+                           "n_cases": gain.n_cases, "n": gain.n})
+    for protocol, est, width in sorted({(k[0], k[1], k[2]) for k in by}):
+        off, same = by.get((protocol, est, width, "off-query")), by.get((protocol, est, width, "same-query"))
+        if off and same:
+            transfer_rows.append({"protocol": protocol, "estimator": est, "width": width,
+                                  **transfer(off, same, n_boot, seed)})
+    return {"auc": auc_rows, "cover": cover_rows, "transfer": transfer_rows, "reversal": reversal(auc_rows)}
+
+
+def reversal(auc_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per protocol and width: does the ordering of LOO and the query-relevance proxies reverse?
+
+    The paper's claim (Sec. 4.2): under off-query padding BM25 and qd-cosine beat LOO; under
+    same-query padding LOO beats both. `reversal` is True when both halves hold here."""
+    table = {(r["protocol"], r["estimator"], r["width"], r["padding"]): r["mean"] for r in auc_rows}
+    out = []
+    for protocol, width in sorted({(r["protocol"], r["width"]) for r in auc_rows}):
+        def get(est: str, padding: str, protocol=protocol, width=width) -> float:
+            return table.get((protocol, est, width, padding), math.nan)
+
+        loo_off, loo_same = get("loo", "off-query"), get("loo", "same-query")
+        prox_off = [get(p, "off-query") for p in PROXIES]
+        prox_same = [get(p, "same-query") for p in PROXIES]
+        if any(math.isnan(x) for x in (loo_off, loo_same, *prox_off, *prox_same)):
+            continue
+        off_holds = min(prox_off) > loo_off
+        same_holds = loo_same > max(prox_same)
+        out.append({"protocol": protocol, "width": width, "loo_off": loo_off, "proxies_off": prox_off,
+                    "loo_same": loo_same, "proxies_same": prox_same, "proxies_beat_loo_off_query": off_holds,
+                    "loo_beats_proxies_same_query": same_holds, "reversal": off_holds and same_holds})
+    return out
