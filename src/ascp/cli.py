@@ -186,8 +186,8 @@ def run(
     estimator: EstimatorOpt = "loo",
     seed: SeedOpt = 0,
     limit: Annotated[int | None, typer.Option("--limit", help="Use only the first N cases.")] = None,
-    rank_by: Annotated[str, typer.Option("--rank-by", help="Ranking of pools without comparable scores: "
-                                         "dense or bm25.")] = "dense",
+    rank_by: Annotated[str, typer.Option("--rank-by", help="Pool order: auto (the format's default: given for "
+                                         "jsonl, dense for ASQA), given, dense or bm25.")] = "auto",
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens")] = 64,
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
     steer: Annotated[bool, typer.Option("--steer", help="Attribution-steered decoding (Eq. 5 + APC) from round 2 "
