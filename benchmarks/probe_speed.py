@@ -385,12 +385,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 seconds = time.perf_counter() - start
                 st = stats.setdefault((name, k), MethodStats())
                 st.seconds.append(seconds)
-                if name == "naive":
-                    st.tokens.append(naive_est.last_tokens_processed)
-                elif name == "loo":
-                    st.tokens.append(loo_est.last_tokens_processed)
-                else:
-                    st.tokens.append(counter.tokens)
+                own = {"naive": naive_est, "loo": loo_est}.get(name)  # ascp counts its own tokens
+                st.tokens.append(own.last_tokens_processed if own is not None else counter.tokens)
                 if name == "naive":
                     reference = scores
                 elif name != "contextcite" and reference is not None:
