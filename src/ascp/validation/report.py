@@ -192,10 +192,11 @@ def figure(summary: dict[str, Any], protocol: str, path: Path) -> None:
                             linestyle="-" if prot == "fixed" else "--", label=f"{est} ({prot})")
     ax.axhline(0.05, color="grey", linewidth=0.8, linestyle=":")
     ax.set(title="(e) off-query p95 operating point on same-query near-misses",
-           ylabel="exceedance rate (95% CI; nominal 0.05 dotted)", ylim=(0, 1.0))
+           ylabel="exceedance rate (95% CI; nominal 0.05 dotted)", ylim=(0, 1.05))
     width_axis(ax)
-    ax.legend(fontsize=7, ncol=2)
-    fig.suptitle(f"Probe validation, {protocol} protocol, {len(summary['cases'])} cases ({summary['model']})")
+    ax.legend(fontsize=7, ncol=2, loc="center right", framealpha=0.9)
+    fig.suptitle(f"Probe validation, {protocol} protocol (panel e: all protocols run), "
+                 f"{len(summary['cases'])} cases, model {summary['model']}")
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
@@ -233,6 +234,7 @@ def write_outputs(out: Path, run, summary: dict[str, Any]) -> None:
     parent = out.parent if str(out.parent) else Path(".")
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
     try:
+        tmp.chmod(0o755)  # mkdtemp makes it private; the folder becomes `out`
         with (tmp / "scores.jsonl").open("w", encoding="utf-8") as h:
             for r in run.rows:
                 h.write(json.dumps(r, ensure_ascii=False) + "\n")
