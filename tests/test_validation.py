@@ -219,6 +219,9 @@ def test_summarize_and_reversal_on_synthetic_rows():
     assert gains[("bm25", "same-query")]["gain"] == -0.5
     (rev,) = out["reversal"]
     assert rev["reversal"] is True
+    # Paired per-case differences LOO - proxy: off-query 0.75 - 1 for both proxies, same-query 1 - 0.
+    assert [d["mean"] for d in rev["diff_off"]] == [-0.25, -0.25]
+    assert [d["mean"] for d in rev["diff_same"]] == [1.0, 1.0] and rev["reversal_clear"] is True
     assert reversal([]) == []
     assert {r["estimator"] for r in out["transfer"]} == {"loo", "bm25", "qd-cosine"}
 

@@ -160,7 +160,9 @@ def summarize(rows: Iterable[dict[str, Any]], m: int = 2, n_boot: int = 2000, se
         by[(c.protocol, c.estimator, c.width, c.padding)].append(c)
     auc_rows, cover_rows, transfer_rows = [], [], []
     cover_vals: dict[tuple, list[tuple[str, float, float]]] = defaultdict(list)
+    per_case: dict[tuple, dict[str, float]] = {}
     for (protocol, est, width, padding), cs in sorted(by.items()):
+        per_case[(protocol, est, width, padding)] = {c.case_id: context_auc(c) for c in cs}
         e = cluster_bootstrap([context_auc(c) for c in cs], [c.case_id for c in cs], 0.5, n_boot, seed)
         auc_rows.append({"protocol": protocol, "estimator": est, "width": width, "padding": padding, **e.to_json()})
         for c in cs:
@@ -180,14 +182,26 @@ def summarize(rows: Iterable[dict[str, Any]], m: int = 2, n_boot: int = 2000, se
         if off and same:
             transfer_rows.append({"protocol": protocol, "estimator": est, "width": width,
                                   **transfer(off, same, n_boot, seed)})
-    return {"auc": auc_rows, "cover": cover_rows, "transfer": transfer_rows, "reversal": reversal(auc_rows)}
+    return {"auc": auc_rows, "cover": cover_rows, "transfer": transfer_rows,
+            "reversal": reversal(auc_rows, per_case, n_boot, seed)}
 
 
-def reversal(auc_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def paired_difference(per_case: dict[tuple, dict[str, float]], a: tuple, b: tuple, n_boot: int, seed: int) -> Estimate:
+    """Mean over common cases of AUC(a) - AUC(b), with a cluster-bootstrap interval."""
+    x, y = per_case.get(a, {}), per_case.get(b, {})
+    cases = sorted(set(x) & set(y))
+    return cluster_bootstrap([x[c] - y[c] for c in cases], cases, 0.0, n_boot, seed)
+
+
+def reversal(auc_rows: Sequence[dict[str, Any]], per_case: dict[tuple, dict[str, float]] | None = None,
+             n_boot: int = 2000, seed: int = 0) -> list[dict[str, Any]]:
     """Per protocol and width: does the ordering of LOO and the query-relevance proxies reverse?
 
     The paper's claim (Sec. 4.2): under off-query padding BM25 and qd-cosine beat LOO; under
-    same-query padding LOO beats both. `reversal` is True when both halves hold here."""
+    same-query padding LOO beats both. `reversal` is True when both halves hold for the mean
+    AUCs; with `per_case` AUCs, `diff_off`/`diff_same` give the paired LOO - proxy differences
+    (one per proxy, cluster-bootstrap 95% CI) and `reversal_clear` is True when every interval
+    excludes zero in the claimed direction."""
     table = {(r["protocol"], r["estimator"], r["width"], r["padding"]): r["mean"] for r in auc_rows}
     out = []
     for protocol, width in sorted({(r["protocol"], r["width"]) for r in auc_rows}):
@@ -201,7 +215,15 @@ def reversal(auc_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         off_holds = min(prox_off) > loo_off
         same_holds = loo_same > max(prox_same)
-        out.append({"protocol": protocol, "width": width, "loo_off": loo_off, "proxies_off": prox_off,
-                    "loo_same": loo_same, "proxies_same": prox_same, "proxies_beat_loo_off_query": off_holds,
-                    "loo_beats_proxies_same_query": same_holds, "reversal": off_holds and same_holds})
+        row = {"protocol": protocol, "width": width, "loo_off": loo_off, "proxies_off": prox_off,
+               "loo_same": loo_same, "proxies_same": prox_same, "proxies_beat_loo_off_query": off_holds,
+               "loo_beats_proxies_same_query": same_holds, "reversal": off_holds and same_holds}
+        if per_case is not None:
+            diffs = {pad: [paired_difference(per_case, (protocol, "loo", width, pad), (protocol, p, width, pad),
+                                             n_boot, seed) for p in PROXIES] for pad in ("off-query", "same-query")}
+            row["diff_off"] = [d.to_json() for d in diffs["off-query"]]
+            row["diff_same"] = [d.to_json() for d in diffs["same-query"]]
+            row["reversal_clear"] = (all(d.hi < 0 for d in diffs["off-query"])
+                                     and all(d.lo > 0 for d in diffs["same-query"]))
+        out.append(row)
     return out

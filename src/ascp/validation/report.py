@@ -47,12 +47,13 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 def markdown(summary: dict[str, Any]) -> str:
     cfg, metrics = summary["config"], summary["metrics"]
+    cc = f"ContextCite ablations {cfg['contextcite_ablations']}, " if "contextcite" in cfg["estimators"] else ""
     lines = [
         "# Probe validation on controlled pools (Sec. 4, Fig. 3)", "",
         f"- data: `{summary['data']}`; model: `{summary['model']}`; cases: {len(summary['cases'])}"
         f"{' (stopped early by --max-minutes)' if summary['stopped_early'] else ''}",
         f"- widths {cfg['widths']}, paddings {cfg['paddings']}, protocols {cfg['protocols']}, m = {cfg['m']}, "
-        f"seed {cfg['seed']}, ContextCite ablations {cfg['contextcite_ablations']}, "
+        f"seed {cfg['seed']}, {cc}"
         f"max new tokens {cfg['sampling']['max_new_tokens']}, temperature {cfg['sampling']['temperature']}",
         f"- runtime: {summary['seconds']:.0f} s; intervals: 95% cluster bootstrap over cases "
         f"({summary['n_boot']} replicates)",
@@ -82,12 +83,18 @@ def markdown(summary: dict[str, Any]) -> str:
     lines += _table(["protocol", "estimator", "width", "tau", "exceedance [95% CI]", "near-misses"], rows)
     lines += ["", "## Reversal check (Sec. 4.2)", "",
               f"Reversal = under off-query padding both {' and '.join(PROXIES)} have a higher AUC than LOO, and "
-              "under same-query padding LOO has a higher AUC than both.", ""]
+              "under same-query padding LOO has a higher AUC than both. Paired differences are per-case "
+              "AUC(LOO) − AUC(proxy), one per proxy in the order above.", ""]
+    def diffs(r: dict[str, Any], key: str) -> str:
+        return " / ".join(f"{_f(d['mean'], 2)} [{_f(d['lo'], 2)}, {_f(d['hi'], 2)}]" for d in r.get(key, []))
+
     rows = [[r["protocol"], str(r["width"]), _f(r["loo_off"]), " / ".join(_f(x) for x in r["proxies_off"]),
              _f(r["loo_same"]), " / ".join(_f(x) for x in r["proxies_same"]),
-             "yes" if r["reversal"] else "no"] for r in metrics["reversal"]]
+             "yes" if r["reversal"] else "no", diffs(r, "diff_off"), diffs(r, "diff_same"),
+             {True: "yes", False: "no"}.get(r.get("reversal_clear"), "n/a")] for r in metrics["reversal"]]
     lines += _table(["protocol", "width", "LOO off", f"{' / '.join(PROXIES)} off", "LOO same",
-                     f"{' / '.join(PROXIES)} same", "reversal"], rows)
+                     f"{' / '.join(PROXIES)} same", "reversal (means)", "LOO − proxy, off [95% CI]",
+                     "LOO − proxy, same [95% CI]", "reversal (all CIs exclude 0)"], rows)
     return "\n".join(lines) + "\n"
 
 
@@ -194,7 +201,7 @@ def figure(summary: dict[str, Any], protocol: str, path: Path) -> None:
     ax.set(title="(e) off-query p95 operating point on same-query near-misses",
            ylabel="exceedance rate (95% CI; nominal 0.05 dotted)", ylim=(0, 1.05))
     width_axis(ax)
-    ax.legend(fontsize=7, ncol=2, loc="center right", framealpha=0.9)
+    ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.12))
     fig.suptitle(f"Probe validation, {protocol} protocol (panel e: all protocols run), "
                  f"{len(summary['cases'])} cases, model {summary['model']}")
     fig.tight_layout()
