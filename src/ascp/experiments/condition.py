@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ascp.errors import AscpError
+from ascp.schedulers import parse_value
 
 ARMS: dict[str, str] = {"rotation": "rotate", "fixed": "vanilla"}  # arm -> scheduler
 ARM_OF: dict[str, str] = {v: k for k, v in ARMS.items()}  # scheduler -> arm
@@ -48,22 +49,6 @@ def format_value(value: Any) -> str:
     if isinstance(value, float):
         return repr(value)
     return str(value)
-
-
-def parse_value(text: str) -> Any:
-    """int, float, true/false, none, or else the bare string (the scheduler option convention)."""
-    t = text.strip()
-    low = t.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    if low == "none":
-        return None
-    for cast in (int, float):
-        try:
-            return cast(t)
-        except ValueError:
-            pass
-    return t
 
 
 class ConditionError(AscpError):

@@ -48,7 +48,8 @@ ALIASES = {"fixed": "vanilla"}
 _SPEC = re.compile(r"^\s*([A-Za-z0-9_-]+)\s*(?:\((.*)\))?\s*$")
 
 
-def _value(text: str) -> Any:
+def parse_value(text: str) -> Any:
+    """int, float, true/false, none, or else the bare string (the option-value convention)."""
     t = text.strip()
     low = t.lower()
     if low in ("true", "false"):
@@ -77,7 +78,7 @@ def parse_scheduler(spec: str) -> tuple[str, dict[str, Any]]:
         key, sep, val = part.partition("=")
         if not sep or not key.strip():
             raise AscpError(f"malformed option {part.strip()!r} in scheduler {spec!r}; write key=value.")
-        options[key.strip()] = _value(val)
+        options[key.strip()] = parse_value(val)
     return name, options
 
 
