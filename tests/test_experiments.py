@@ -64,6 +64,7 @@ def records(directory: Path) -> dict[UnitKey, dict]:
         rec.pop("seconds")
         for r in rec["rounds"]:
             r.pop("seconds")
+            r.pop("generation_seconds")
         key = UnitKey.of(rec)
         assert key not in out, f"duplicate unit {key}"
         out[key] = rec

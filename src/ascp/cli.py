@@ -507,6 +507,57 @@ def density_command(
             err.print(f"wrote {out_path}")
 
 
+@app.command("report")
+def report_command(
+    directory: Annotated[Path, typer.Argument(help="A run store folder (the --out of `ascp experiment run`).")],
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Report folder (default: DIR/report).")] = None,
+    n_boot: Annotated[int, typer.Option("--n-boot", help="Bootstrap replicates per interval.")] = 10_000,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap draws.")] = 0,
+) -> None:
+    """Write paper-layout tables (markdown, LaTeX), PNG figures and an HTML page for an experiment run."""
+    from ascp.report import write_report
+
+    with user_errors():
+        report = write_report(directory, out_dir, n_boot=n_boot, seed=seed)
+        err.print(f"{report.units}/{report.total} units; {len(report.tables)} tables "
+                  f"({', '.join(report.tables)}), {len(report.figures)} figures; open {report.out}/index.html",
+                  markup=False, highlight=False)
+
+
+@app.command("reproduce")
+def reproduce_command(
+    out_dir: Annotated[Path, typer.Option("--out", help="Run store and report folder; rerun to resume.")],
+    preset: Annotated[str, typer.Option("--preset", help="cpu-small: the paper's key contrasts on ASQA, "
+                                        "embedded model, < 60 min on 2 CPU cores.")] = "cpu-small",
+    data_root: Annotated[Path | None, typer.Option("--data-root", help="Folder holding asqa/ (default: $ASCP_DATA, "
+                                                   "else ../shared/data).")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", help="Queries per task (default: the preset's).")] = None,
+) -> None:
+    """Run a packaged reduction of the paper's experiments, then report which of its signs reproduce."""
+    from ascp.reproduce import reproduce
+
+    with user_errors():
+        bar = _progress()
+        state: dict = {}
+
+        def on_start(rounds: int, done: int, total: int) -> None:
+            err.print(f"{preset}: {done}/{total} units done; {total - done} to run", markup=False, highlight=False)
+            state["task"] = bar.add_task("rounds", total=rounds)
+
+        def progress(rounds: int, units: int) -> None:
+            if "task" in state:
+                bar.advance(state["task"], rounds)
+
+        try:
+            with bar:
+                result, report = reproduce(preset, out_dir, data_root, limit, progress=progress, on_start=on_start)
+        except KeyboardInterrupt:
+            err.print(f"interrupted; finished units are kept in {out_dir}; rerun the same command to resume.")
+            raise typer.Exit(130) from None
+        err.print(f"{result.done}/{result.total} units; report: {report.out}/index.html (tables: "
+                  f"{', '.join(report.tables)})", markup=False, highlight=False)
+
+
 def main() -> None:
     """Console-script entry point (typer handles usage errors with exit code 2)."""
     app()

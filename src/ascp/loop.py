@@ -153,6 +153,8 @@ def _run_jobs(lm, jobs: list[_Job], config: LoopConfig, estimator: Estimator, pr
             normalized={d: float(s) for d, s in zip(ids, norm, strict=True)},
             used=tuple(d for d, u in zip(ids, used, strict=True) if u),
             seconds=gen_share + time.perf_counter() - t0,
+            prompt_tokens=prompt.num_tokens,
+            generation_seconds=gen_share,
         ))
         if progress:
             progress(1)

@@ -45,6 +45,8 @@ def round_records(portfolio: Portfolio) -> list[dict[str, Any]]:
             "steered": r.steered,
             "overused": r.overused,
             "seconds": round(r.seconds, 4),
+            "prompt_tokens": r.prompt_tokens,
+            "generation_seconds": round(r.generation_seconds, 4),
         }
         for r in portfolio.rounds
     ]

@@ -105,6 +105,8 @@ class Round:
     seconds: float
     steered: bool = False  # decoded with attribution steering (Eq. 5): steering on and O non-empty
     overused: int = 0  # |O|: passages flagged used in earlier rounds (0 when steering is off)
+    prompt_tokens: int = 0  # tokens of the (full-context) prompt: the cost axis of Fig. 6
+    generation_seconds: float = 0.0  # this round's share of generation wall time, probe excluded
 
 
 @dataclass(frozen=True)

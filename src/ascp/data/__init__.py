@@ -61,11 +61,13 @@ def _loader(fmt: str) -> Callable[..., list[Case]]:
 
 def load_cases(
     path: str | Path, format: str = "auto", rank_by: str = "auto", limit: int | None = None, *,
-    require_pool: bool = True, depth: int | None = None,
+    require_pool: bool = True, depth: int | None = None, min_pool: int | None = None,
 ) -> list[Case]:
     """Read, order and (optionally) cut the cases in `path`.
 
-    `rank_by`: auto | given | dense | bm25. `limit`: the first N cases. `depth`: keep the top
+    `rank_by`: auto | given | dense | bm25. `limit`: the first N cases (after `min_pool`).
+    `min_pool`: keep only cases whose pool holds at least this many passages (before `depth`), e.g.
+    the 24 a (k=2, T=12) rotation or a k=24 context needs without repeats. `depth`: keep the top
     `depth` passages of each pool after ordering (recipes: also extend the pool to `depth` from
     the corpus). `require_pool`: reject cases without passages (False: gold-only statistics).
     """
@@ -78,11 +80,15 @@ def load_cases(
         raise AscpError(f"unknown format {format!r}; choose one of {', '.join(FORMATS)}.")
     if rank_by != "auto" and rank_by not in RANKERS:
         raise AscpError(f"unknown ranker {rank_by!r}; choose one of auto, {', '.join(RANKERS)}.")
-    for name, value in (("limit", limit), ("depth", depth)):
+    for name, value in (("limit", limit), ("depth", depth), ("min_pool", min_pool)):
         if value is not None and value < 1:
             raise AscpError(f"{name} must be at least 1, got {value}.")
     fmt = detect_format(path) if format == "auto" else format
-    cases = _loader(fmt)(path, limit=limit, require_pool=require_pool, depth=depth)
+    if min_pool is None:
+        cases = _loader(fmt)(path, limit=limit, require_pool=require_pool, depth=depth)
+    else:
+        cases = [c for c in _loader(fmt)(path, limit=None, require_pool=require_pool, depth=depth)
+                 if len(c.pool) >= min_pool][:limit]
     cases = rank_pools(cases, DEFAULT_ORDER[fmt] if rank_by == "auto" else rank_by)
     if depth is not None:
         cases = [replace(c, pool=c.pool[:depth]) for c in cases]

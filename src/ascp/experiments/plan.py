@@ -83,7 +83,9 @@ class Plan:
         return {
             "name": spec.name,
             "tasks": [{"name": t.name, "data": str(t.data), "format": t.format, "limit": t.limit,
-                       "rank_by": t.rank_by, "depth": t.depth, "cases": [c.id for c in self.cases[t.name]]}
+                       "rank_by": t.rank_by, "depth": t.depth,
+                       **({} if t.min_pool is None else {"min_pool": t.min_pool}),  # absent: older stores resume
+                       "cases": [c.id for c in self.cases[t.name]]}
                       for t in spec.tasks],
             "models": [{"name": m.name, "source": m.source} for m in spec.models],
             "seeds": list(spec.seeds),
@@ -101,11 +103,12 @@ def make_plan(spec: ExperimentSpec) -> Plan:
     for i, task in enumerate(spec.tasks):
         try:
             loaded = tuple(load_cases(task.data, format=task.format, rank_by=task.rank_by, limit=task.limit,
-                                      depth=task.depth))
+                                      depth=task.depth, min_pool=task.min_pool))
         except AscpError as exc:
             raise AscpError(f"spec field tasks[{i}].data: {exc}") from None
         if not loaded:
-            raise AscpError(f"spec field tasks[{i}].data: {task.data} holds no cases.")
+            extra = f" with a pool of at least {task.min_pool} passages" if task.min_pool else ""
+            raise AscpError(f"spec field tasks[{i}].data: {task.data} holds no cases{extra}.")
         ids = [c.id for c in loaded]
         if len(set(ids)) != len(ids):
             raise AscpError(f"spec field tasks[{i}].data: case ids in {task.data} are not unique.")

@@ -18,7 +18,7 @@ from ascp.experiments.condition import ARMS, FIELDS, Condition
 
 TOP_KEYS = ("name", "description", "tasks", "models", "seeds", "grid", "conditions", "sampling", "embedder",
             "batch_cases", "batch_size", "threshold", "device")
-TASK_KEYS = ("name", "data", "format", "limit", "rank_by", "depth")
+TASK_KEYS = ("name", "data", "format", "limit", "rank_by", "depth", "min_pool")
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_new_tokens")
 GRID_KEYS = ("policy", *FIELDS)
 _NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
@@ -32,6 +32,7 @@ class TaskSpec:
     limit: int | None = None
     rank_by: str = "auto"  # the format's default order (ascp.data.DEFAULT_ORDER)
     depth: int | None = None  # keep the top `depth` passages of each ordered pool
+    min_pool: int | None = None  # keep only cases whose pool holds at least this many passages
 
 
 @dataclass(frozen=True)
@@ -196,6 +197,7 @@ def _task(where: str, raw: Any, base: Path) -> TaskSpec:
     if rank_by not in ("auto", *RANKERS):
         raise _fail(f"{where}.rank_by", f"unknown ranking {rank_by!r}; choose one of auto, {', '.join(RANKERS)}.")
     depth = raw.get("depth")
+    min_pool = raw.get("min_pool")
     return TaskSpec(
         name=_name(f"{where}.name", raw["name"]),
         data=_resolve_path(f"{where}.data", raw["data"], base),
@@ -203,6 +205,7 @@ def _task(where: str, raw: Any, base: Path) -> TaskSpec:
         limit=None if limit is None else _int(f"{where}.limit", limit, 1),
         rank_by=rank_by,
         depth=None if depth is None else _int(f"{where}.depth", depth, 1),
+        min_pool=None if min_pool is None else _int(f"{where}.min_pool", min_pool, 1),
     )
 
 

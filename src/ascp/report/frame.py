@@ -1,0 +1,106 @@
+"""Experiment records as one tidy pandas row per unit, plus paired contrasts between conditions.
+
+A unit is one (task, model, seed, query, condition). Every contrast in the report is a difference
+of a per-unit metric between two conditions, **paired** within (task, model, seed, query), then
+estimated by `estimate_difference`: the query bootstrap when the run has one task and one seed,
+the crossed seeds x queries bootstrap with equal task weights otherwise (docs/statistics.md).
+Models are averaged within (task, seed, query) first (a fixed model set, as in the paper).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ascp.stats import Estimate, crossed_bootstrap, paired_bootstrap, seed_means, seed_t_interval
+
+PAIR_KEYS = ("task", "model", "seed", "query")
+CONDITION_FIELDS = ("condition", "policy", "scheduler", "k", "T", "arm", "estimator", "instruction", "steer", "eta")
+
+
+def unit_frame(records: Sequence[dict[str, Any]]):
+    """One row per unit: key, condition fields, every per-case metric and the derived cost columns.
+
+    Derived columns (from the rounds): `query` (the case id), `tokens` (prompt plus response tokens
+    summed over rounds: the cost axis of Fig. 6; NaN for records written before prompt tokens were
+    recorded), `latency` (seconds of generation summed over rounds, probe excluded: sequential
+    latency; NaN likewise), `words` (whitespace words over all responses of the portfolio) and
+    `used_fraction` (mean over rounds of |used_t| / |context_t|: the utilisation statistic q whose
+    width elasticity Fig. 4 plots).
+    """
+    import pandas as pd
+
+    rows = []
+    for rec in records:
+        rounds = rec.get("rounds", [])
+        row = {k: v for k, v in rec.items() if k not in ("rounds", "pool")}
+        row["query"] = rec["case_id"]
+        has_cost = bool(rounds) and all("prompt_tokens" in r and r["prompt_tokens"] > 0 for r in rounds)
+        row["tokens"] = float(sum(r["prompt_tokens"] + r["response_tokens"] for r in rounds)) if has_cost else math.nan
+        row["latency"] = float(sum(r.get("generation_seconds", 0.0) for r in rounds)) if has_cost else math.nan
+        row["words"] = float(sum(len(r["response"].split()) for r in rounds))
+        fractions = [len(r["used"]) / len(r["context"]) for r in rounds if r["context"]]
+        row["used_fraction"] = float(np.mean(fractions)) if fractions else math.nan
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    if not frame.empty:
+        frame["steer"] = frame["steer"].astype(float)
+        frame["eta"] = frame["eta"].astype(float)
+    return frame
+
+
+def conditions(frame):
+    """One row per distinct condition with its fields (the condition name is the key)."""
+    return frame[list(CONDITION_FIELDS)].drop_duplicates("condition").set_index("condition", drop=False)
+
+
+def paired(frame, a: str, b: str, metric: str):
+    """Rows (task, model, seed, query, a, b, diff) for conditions `a` and `b` of `metric`, inner-joined
+    on the pair keys (a unit missing on either side drops its pair)."""
+    left = frame.loc[frame["condition"] == a, [*PAIR_KEYS, metric]].rename(columns={metric: "a"})
+    right = frame.loc[frame["condition"] == b, [*PAIR_KEYS, metric]].rename(columns={metric: "b"})
+    out = left.merge(right, on=list(PAIR_KEYS), how="inner").dropna(subset=["a", "b"])
+    out["diff"] = out["a"] - out["b"]
+    return out
+
+
+def estimate_difference(pairs, rng: np.random.Generator, n_boot: int = 10_000) -> Estimate | None:
+    """Mean paired difference with a 95% bootstrap interval and p, or None with fewer than 2 queries.
+
+    One task and one seed: `paired_bootstrap` by query (models averaged per query). Otherwise
+    `crossed_bootstrap` over seeds x within-task queries with equal task weights (cells missing a
+    seed are dropped so the design is complete).
+    """
+    if pairs.empty:
+        return None
+    cells = pairs.groupby(["task", "seed", "query"], as_index=False)[["a", "b", "diff"]].mean()
+    if cells["task"].nunique() == 1 and cells["seed"].nunique() == 1:
+        if len(cells) < 2:
+            return None
+        return paired_bootstrap(cells["a"].to_numpy(), cells["b"].to_numpy(), n_boot, rng=rng)
+    n_seeds = cells["seed"].nunique()
+    complete = cells.groupby(["task", "query"])["seed"].transform("nunique") == n_seeds
+    cells = cells[complete]
+    if cells.groupby("task")["query"].nunique().min() < 2:
+        return None
+    return crossed_bootstrap(cells, n_boot, rng=rng, value="diff")
+
+
+def seed_t_difference(pairs) -> Estimate | None:
+    """Mean paired difference with a t interval over seed means (Table 12), or None with < 2 seeds."""
+    if pairs.empty or pairs["seed"].nunique() < 2:
+        return None
+    labels, means = seed_means(pairs, value="diff")
+    del labels
+    return seed_t_interval(means)
+
+
+def task_weighted_mean(frame, condition: str, metric: str) -> float:
+    """The equal-task-weight mean of `metric` under `condition` (queries, seeds, models averaged per task)."""
+    rows = frame.loc[frame["condition"] == condition, ["task", metric]].dropna()
+    if rows.empty:
+        return math.nan
+    return float(rows.groupby("task")[metric].mean().mean())

@@ -1,0 +1,400 @@
+"""The report's tables, each in the layout of the paper table it mirrors, built only when the run supports it.
+
+- `summary_table`: every condition's mean metrics (always).
+- `grid_table` (Table 4): rotation vs fixed at each (k, T) the run holds with both arms.
+- `decisive_table` (Tables 5/13): budget-matched, count and width contrasts between grid cells.
+- `comparison_tables` (Tables 10/11): Ascp against every other policy at its (k, T).
+- `decoder_table` (Table 12): the steered decoder's contrast/APC decomposition.
+- `ablation_table` (Table 15): Ascp variants against the full scheduler.
+- `elasticity_table` (Fig. 4's numbers): width elasticity of the used fraction.
+
+Numbers are equal-task-weight means; differences are paired within (task, model, seed, query)
+(`ascp.report.frame`). Markers follow the paper: `*` p < 0.05, `†` p < 0.01. BH q-values are
+computed within each table (one family per table).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+
+from ascp.report.frame import (
+    conditions,
+    estimate_difference,
+    paired,
+    seed_t_difference,
+    task_weighted_mean,
+)
+from ascp.stats import Estimate, bh_fdr
+
+POLICY_LABELS = {
+    "vanilla": "vanilla RAG", "rotate": "deep rotation", "mmr": "MMR", "dpp": "DPP-RAG", "xquad": "xQuAD",
+    "pm2": "PM-2-RAG", "carriage": "Carriage", "carriage-narrow": "Carriage-narrow",
+}
+
+
+@dataclass
+class Table:
+    """A rendered-ready table: formatted cells plus the raw numbers behind them (`data`)."""
+
+    key: str  # file stem, e.g. table4_grid
+    title: str
+    caption: str
+    header: list[str]
+    rows: list[list[str]]
+    data: list[dict[str, Any]] = field(default_factory=list)
+
+
+# ----- formatting --------------------------------------------------------------------------------
+
+def num(x: float, digits: int = 3) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
+
+
+def signed(x: float, digits: int = 3) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{x:+.{digits}f}"
+
+
+def marker(p: float) -> str:
+    return "" if not math.isfinite(p) else "†" if p < 0.01 else "*" if p < 0.05 else ""
+
+
+def interval(est: Estimate | None, digits: int = 3) -> str:
+    return "-" if est is None else f"[{signed(est.lo, digits)}, {signed(est.hi, digits)}]"
+
+
+def pvalue(p: float) -> str:
+    return "-" if not math.isfinite(p) else "<.001" if p < 0.001 else f"{p:.3f}"
+
+
+def _est_dict(prefix: str, est: Estimate | None) -> dict[str, Any]:
+    if est is None:
+        return {f"{prefix}_mean": math.nan}
+    return {f"{prefix}_{k}": v for k, v in est.to_dict().items()}
+
+
+def _q_values(ps: list[float]) -> list[float]:
+    """BH q for the finite p-values (one family); NaN stays NaN."""
+    finite = [i for i, p in enumerate(ps) if math.isfinite(p)]
+    q = [math.nan] * len(ps)
+    if finite:
+        for i, v in zip(finite, bh_fdr([ps[i] for i in finite]), strict=True):
+            q[i] = float(v)
+    return q
+
+
+def _match_key(row) -> tuple:
+    steer = -1.0 if not math.isfinite(row["steer"]) else row["steer"]
+    eta = -1.0 if not math.isfinite(row["eta"]) else row["eta"]
+    return (row["estimator"], row["instruction"], steer, eta)
+
+
+def _blocks(frame) -> list[tuple[str, Any]]:
+    """(label, sub-frame) per task x model, then "all" when there are several."""
+    out = [(f"{t}/{m}", sub) for (t, m), sub in frame.groupby(["task", "model"], sort=True)]
+    return out + [("all", frame)] if len(out) > 1 else out
+
+
+# ----- tables -------------------------------------------------------------------------------------
+
+SUMMARY_METRICS = (("pr", "PR@T"), ("best_single", "best single"), ("ecr", "ECR@T"), ("offered", "offered"),
+                   ("used", "used"), ("groundedness", "grounded"), ("distinct_2", "distinct-2"),
+                   ("self_bleu", "self-BLEU"), ("concentration", "concentration"), ("tokens", "tokens/query"),
+                   ("latency", "gen. s/query"))
+
+
+def summary_table(frame) -> Table:
+    header = ["condition", "units", *(label for _, label in SUMMARY_METRICS)]
+    rows, data = [], []
+    for name in conditions(frame).index:
+        n = int((frame["condition"] == name).sum())
+        means = {m: task_weighted_mean(frame, name, m) for m, _ in SUMMARY_METRICS}
+        digits = {"tokens": 0, "latency": 2, "offered": 2, "used": 2}
+        rows.append([name, str(n), *(num(means[m], digits.get(m, 3)) for m, _ in SUMMARY_METRICS)])
+        data.append({"condition": name, "units": n, **means})
+    return Table("summary", "Mean metrics per condition",
+                 "Equal-task-weight means over queries, seeds and models. tokens/query: prompt plus response "
+                 "tokens over the T rounds; gen. s/query: generation wall time over the T rounds (probe excluded).",
+                 header, rows, data)
+
+
+def grid_table(frame, rng: np.random.Generator, n_boot: int) -> Table | None:
+    """Table 4: rotation vs fixed at every (k, T) with both arms (same estimator, instruction, steering)."""
+    conds = conditions(frame)
+    rotation = {(*_match_key(r), r["k"], r["T"]): n for n, r in conds[conds["arm"] == "rotation"].iterrows()}
+    fixed = {(*_match_key(r), r["k"], r["T"]): n for n, r in conds[conds["arm"] == "fixed"].iterrows()}
+    cells = sorted(set(rotation) & set(fixed), key=lambda key: (key[-2], key[-1]))
+    if not cells:
+        return None
+    rows, data = [], []
+    for key in cells:
+        rot, fix = rotation[key], fixed[key]
+        k, T = key[-2], key[-1]
+        est = estimate_difference(paired(frame, rot, fix, "pr"), rng, n_boot)
+        p = est.p if est else math.nan
+        offered = [task_weighted_mean(frame, c, "offered") for c in (rot, fix)]
+        pr = [task_weighted_mean(frame, c, "pr") for c in (rot, fix)]
+        rows.append([str(k), str(T), str(k * T), num(offered[0], 1), num(offered[1], 1), num(pr[0]), num(pr[1]),
+                     signed(est.mean if est else math.nan) + marker(p), interval(est)])
+        data.append({"k": k, "T": T, "rotation": rot, "fixed": fix, "offered_rotation": offered[0],
+                     "offered_fixed": offered[1], "pr_rotation": pr[0], "pr_fixed": pr[1], **_est_dict("delta", est)})
+    return Table("table4_grid", "Table 4: deconfounded width-count grid",
+                 "Rotation cycles disjoint rank windows; fixed repeats the top-k for T samples. ΔPR@T = rotation "
+                 "minus fixed, paired within query and bootstrapped by query (crossed seeds x queries with equal "
+                 "task weights when the run has several). *: p < 0.05, †: p < 0.01.",
+                 ["k", "T", "kT", "offered (rotation)", "offered (fixed)", "PR@T (rotation)", "PR@T (fixed)",
+                  "ΔPR@T", "95% CI"], rows, data)
+
+
+def _grid_cells(conds) -> dict[tuple, dict[tuple[int, int], str]]:
+    """Per (estimator, instruction, steer, eta): (k, T) -> the rotation condition (T = 1: either arm)."""
+    out: dict[tuple, dict[tuple[int, int], str]] = {}
+    for name, row in conds.iterrows():
+        if row["arm"] == "rotation" or (row["arm"] == "fixed" and row["T"] == 1):
+            cells = out.setdefault(_match_key(row), {})
+            if row["arm"] == "rotation" or (row["k"], row["T"]) not in cells:
+                cells[(row["k"], row["T"])] = name
+    return out
+
+
+def decisive_contrasts(cells: dict[tuple[int, int], str]) -> list[tuple[str, str, str]]:
+    """(label, a, b) contrasts a - b between grid cells: budget-matched (narrow-many minus wide-few at
+    equal k*T), count (largest minus smallest T at each k) and width (largest minus smallest k at each T)."""
+    out = []
+    for (k1, t1), (k2, t2) in combinations(sorted(cells), 2):
+        if k1 * t1 == k2 * t2 and k1 != k2:
+            (ka, ta), (kb, tb) = sorted([(k1, t1), (k2, t2)])  # narrow first
+            out.append((f"budget ({ka},{ta}) vs ({kb},{tb})", cells[(ka, ta)], cells[(kb, tb)]))
+    for k in sorted({k for k, _ in cells}):
+        ts = sorted(t for kk, t in cells if kk == k)
+        if len(ts) > 1:
+            out.append((f"count T{ts[-1]} vs T{ts[0]} at k{k}", cells[(k, ts[-1])], cells[(k, ts[0])]))
+    for t in sorted({t for _, t in cells}):
+        ks = sorted(k for k, tt in cells if tt == t)
+        if len(ks) > 1:
+            out.append((f"width k{ks[-1]} vs k{ks[0]} at T{t}", cells[(ks[-1], t)], cells[(ks[0], t)]))
+    return out
+
+
+def decisive_table(frame, rng: np.random.Generator, n_boot: int) -> Table | None:
+    """Tables 5/13: budget-matched, count and width contrasts of PR@T, per task x model block."""
+    contrasts = [c for cells in _grid_cells(conditions(frame)).values() for c in decisive_contrasts(cells)]
+    if not contrasts:
+        return None
+    entries = []
+    for block, sub in _blocks(frame):
+        for label, a, b in contrasts:
+            est = estimate_difference(paired(sub, a, b, "pr"), rng, n_boot)
+            if est is not None:
+                entries.append((block, label, a, b, est, task_weighted_mean(sub, a, "pr"),
+                                task_weighted_mean(sub, b, "pr")))
+    if not entries:
+        return None
+    q = _q_values([e[4].p for e in entries])
+    rows = [[block, label, num(pa), num(pb), signed(est.mean) + marker(est.p), interval(est), pvalue(est.p),
+             pvalue(qv), str(est.n)] for (block, label, _, _, est, pa, pb), qv in zip(entries, q, strict=True)]
+    data = [{"block": block, "contrast": label, "a": a, "b": b, "pr_a": pa, "pr_b": pb, "q": qv,
+             **_est_dict("delta", est)} for (block, label, a, b, est, pa, pb), qv in zip(entries, q, strict=True)]
+    return Table("table5_contrasts", "Tables 5/13: decisive grid contrasts (PR@T)",
+                 "Within-query paired PR@T differences a - b between grid cells (rotation arm; T = 1 cells of "
+                 "either arm). Budget-matched: the same k*T evidence slots, many narrow rounds minus one wide "
+                 "generation. BH q over every row of this table. *: p < 0.05, †: p < 0.01.",
+                 ["block", "contrast", "PR@T (a)", "PR@T (b)", "ΔPR@T", "95% CI", "p", "BH q", "n"], rows, data)
+
+
+def _is_plain_ascp(row) -> bool:
+    return row["policy"] == "ascp" and row["scheduler"] == "ascp"
+
+
+def comparison_tables(frame, rng: np.random.Generator, n_boot: int) -> list[Table]:
+    """Tables 10/11: each plain `ascp` condition against every non-Ascp policy at the same k, T,
+    estimator and instruction with ordinary decoding (and, when Ascp steers, Ascp without steering)."""
+    conds = conditions(frame)
+    refs = [(n, r) for n, r in conds.iterrows() if _is_plain_ascp(r)]
+    tables = []
+    for ref, rrow in sorted(refs, key=lambda x: (x[1]["k"], x[1]["T"], math.isfinite(x[1]["steer"]))):
+        same = conds[(conds["k"] == rrow["k"]) & (conds["T"] == rrow["T"]) & (conds["estimator"] == rrow["estimator"])
+                     & (conds["instruction"] == rrow["instruction"]) & conds["steer"].isna()]
+        steered = math.isfinite(rrow["steer"])
+        baselines = []
+        if steered:
+            baselines += [(n, "Ascp without steering") for n, r in same.iterrows() if _is_plain_ascp(r)]
+        baselines += [(n, POLICY_LABELS.get(r["policy"], r["scheduler"])) for n, r in same.iterrows()
+                      if not str(r["policy"]).startswith("ascp")]
+        if not baselines:
+            continue
+        ests = {m: [estimate_difference(paired(frame, ref, b, m), rng, n_boot) for b, _ in baselines]
+                for m in ("pr", "ecr", "groundedness")}
+        q = _q_values([e.p if e else math.nan for e in ests["pr"]])
+        ref_pr = task_weighted_mean(frame, ref, "pr")
+        rows, data = [], []
+        for i, (base, label) in enumerate(baselines):
+            pr, ecr, gr = ests["pr"][i], ests["ecr"][i], ests["groundedness"][i]
+            base_pr = task_weighted_mean(frame, base, "pr")
+            rows.append([label, num(base_pr), num(ref_pr), signed(pr.mean if pr else math.nan) + marker(q[i]),
+                         interval(pr), pvalue(q[i]), signed(ecr.mean if ecr else math.nan),
+                         signed(gr.mean if gr else math.nan), str(pr.n if pr else 0)])
+            data.append({"baseline": base, "label": label, "reference": ref, "baseline_pr": base_pr, "ascp_pr": ref_pr,
+                         "q": q[i], **_est_dict("delta_pr", pr), **_est_dict("delta_ecr", ecr),
+                         **_est_dict("delta_ground", gr)})
+        number = "10" if steered else "11"
+        what = "with steered decoding" if steered else "scheduler only (ordinary decoding on both sides)"
+        tables.append(Table(
+            f"table{number}_ascp_k{rrow['k']}_T{rrow['T']}",
+            f"Table {number}: Ascp vs baselines at k={rrow['k']}, T={rrow['T']} ({what})",
+            f"Reference: {ref}. Differences Ascp minus baseline, paired within task, model, seed and query; "
+            "bootstrap by query (crossed seeds x queries, equal task weights, when the run has several). "
+            "BH q over the PR@T contrasts of this table; markers use q. ECR: fixed-response probe.",
+            ["baseline", "baseline PR", "Ascp PR", "ΔPR", "95% CI", "BH q", "ΔECR", "Δground", "n"], rows, data))
+    return tables
+
+
+DECODER_CONTRASTS = (
+    ("full decoder - off", "full", "off"),
+    ("contrast, APC held on", "full", "apc"),
+    ("APC only", "apc", "off"),
+    ("contrast, APC held off", "contrast", "off"),
+)
+
+
+def _decoder_role(row) -> str | None:
+    if not math.isfinite(row["steer"]):
+        return "off"
+    if row["steer"] > 0 and row["eta"] > 0:
+        return "full"
+    if row["steer"] == 0 and row["eta"] > 0:
+        return "apc"
+    if row["steer"] > 0 and row["eta"] == 0:
+        return "contrast"
+    return None
+
+
+def decoder_table(frame, rng: np.random.Generator, n_boot: int) -> Table | None:
+    """Table 12: steered-decoder decomposition within each (scheduler, k, T, estimator, instruction)."""
+    conds = conditions(frame)
+    groups: dict[tuple, dict[str, str]] = {}
+    for name, row in conds.iterrows():
+        role = _decoder_role(row)
+        if role is not None:
+            key = (row["scheduler"], row["k"], row["T"], row["estimator"], row["instruction"])
+            groups.setdefault(key, {}).setdefault(role, name)
+    entries = []
+    for key, roles in sorted(groups.items()):
+        for label, a, b in DECODER_CONTRASTS:
+            if a in roles and b in roles:
+                ests = {}
+                for m in ("pr", "ecr", "groundedness", "words"):
+                    pairs = paired(frame, roles[a], roles[b], m)
+                    ests[m] = seed_t_difference(pairs) if m == "pr" else None
+                    if ests[m] is None:
+                        ests[m] = estimate_difference(pairs, rng, n_boot)
+                entries.append((key, label, roles[a], roles[b], ests))
+    if not entries:
+        return None
+    q = _q_values([e[4]["pr"].p if e[4]["pr"] else math.nan for e in entries])
+    rows, data = [], []
+    for (key, label, a, b, ests), qv in zip(entries, q, strict=True):
+        pr = ests["pr"]
+        rows.append([f"{key[0]} k={key[1]} T={key[2]}", label, signed(pr.mean if pr else math.nan, 4) + marker(qv),
+                     interval(pr, 4), pvalue(pr.p if pr else math.nan), pvalue(qv),
+                     *(signed(ests[m].mean if ests[m] else math.nan, 4) for m in ("ecr", "groundedness")),
+                     signed(ests["words"].mean if ests["words"] else math.nan, 1),
+                     pr.method if pr else "-"])
+        data.append({"group": list(key), "contrast": label, "a": a, "b": b, "q": qv,
+                     **{k: v for m, e in ests.items() for k, v in _est_dict(f"delta_{m}", e).items()}})
+    return Table("table12_decoder", "Table 12: steered decoder decomposition",
+                 "Differences a - b of the same scheduler with decoding switches changed: off = ordinary sampling; "
+                 "full = contrast (alpha) and APC (eta); APC only = alpha 0; contrast only = eta 0. ΔPR interval and "
+                 "p: two-sided t over seed means when the run has at least two seeds (the paper: five, df = 4), "
+                 "else the query bootstrap (column 'method'). BH q over the ΔPR rows; markers use q.",
+                 ["group", "contrast", "ΔPR@T", "95% CI", "p", "BH q", "ΔECR", "Δground", "Δwords", "method"],
+                 rows, data)
+
+
+ABLATIONS = (
+    ("- attribution feedback", "ascp-nofeedback"),
+    ("- submodular selection", "ascp-modular"),
+    ("+ guardrail (κ=1)", "ascp-pin1"),
+    ("+ guardrail (κ=2)", "ascp-pin2"),
+    ("probe → similarity", "ascp-similarity"),
+    ("probe → uniform", "ascp-uniform"),
+)
+
+
+def ablation_table(frame, rng: np.random.Generator, n_boot: int) -> Table | None:
+    """Table 15: Ascp (full: steered when the run has it) and its component ablations, per task."""
+    conds = conditions(frame)
+    plain = [(n, r) for n, r in conds.iterrows() if _is_plain_ascp(r) and r["estimator"] == "loo"]
+    if not plain:
+        return None
+    full, frow = max(plain, key=lambda x: (math.isfinite(x[1]["steer"]), x[1]["T"], x[1]["k"]))
+    same = conds[(conds["k"] == frow["k"]) & (conds["T"] == frow["T"]) & (conds["instruction"] == frow["instruction"])]
+    steer_match = same["steer"].fillna(-1) == (frow["steer"] if math.isfinite(frow["steer"]) else -1)
+    variants = []
+    for label, policy in ABLATIONS:
+        hit = same[(same["scheduler"] == policy) & steer_match & (same["estimator"] == "loo")]
+        variants += [(label, n) for n in hit.index[:1]]
+    if math.isfinite(frow["steer"]):
+        off = same[(same["scheduler"] == "ascp") & same["steer"].isna() & (same["estimator"] == "loo")]
+        variants += [("- steered decoding", n) for n in off.index[:1]]
+        only = same[(same["policy"] == "vanilla") & steer_match]
+        variants += [("steered decoding only", n) for n in only.index[:1]]
+    hier = same[(same["scheduler"] == "ascp") & steer_match & (same["estimator"] == "hierarchical")]
+    variants += [("probe → hierarchical LOO", n) for n in hier.index[:1]]
+    if not variants:
+        return None
+    tasks = sorted(frame["task"].unique())
+    header = ["variant", *(f"{t} {m}" for t in tasks for m in ("PR@T", "ECR")), "ΔPR vs full", "95% CI"]
+    rows, data = [], []
+    for label, name in [("Ascp (full)", full), *variants]:
+        cells = []
+        per_task = {}
+        for t in tasks:
+            sub = frame[frame["task"] == t]
+            vals = [task_weighted_mean(sub, name, m) for m in ("pr", "ecr")]
+            per_task[t] = vals
+            cells += [num(v) for v in vals]
+        est = None if name == full else estimate_difference(paired(frame, name, full, "pr"), rng, n_boot)
+        rows.append([label, *cells, signed(est.mean) + marker(est.p) if est else "-", interval(est)])
+        data.append({"variant": label, "condition": name, "per_task": per_task, **_est_dict("delta_pr", est)})
+    return Table("table15_ablations", "Table 15: component ablations and probe substitutions",
+                 f"Full: {full}. Each row changes one component at the same k, T and instruction; ΔPR is the "
+                 "variant minus the full scheduler, paired by query. *: p < 0.05, †: p < 0.01.",
+                 header, rows, data)
+
+
+def elasticity_groups(frame) -> list[tuple[str, Any]]:
+    """(label, rows) per task x model x scheduler x T holding at least two widths k."""
+    out = []
+    for (task, model, sched, T), sub in frame.groupby(["task", "model", "scheduler", "T"], sort=True):
+        if sub["k"].nunique() >= 2 and sub["query"].nunique() >= 3:
+            out.append((f"{task}/{model} {sched} T={T}", sub))
+    return out
+
+
+def elasticity_table(frame) -> Table | None:
+    """Fig. 4's numbers: the OLS slope of log used-fraction on log k, cluster-robust by query."""
+    from ascp.stats import width_elasticity
+
+    rows, data = [], []
+    for label, sub in elasticity_groups(frame):
+        rows_used = sub[["query", "k", "used_fraction"]].dropna()
+        try:
+            est = width_elasticity(rows_used, cluster="query")
+        except ValueError:
+            continue
+        rows.append([label, ", ".join(str(k) for k in sorted(sub["k"].unique())), f"{est.mean:.3f} ({est.se:.3f})",
+                     interval(est), pvalue(est.p), str(est.n)])
+        data.append({"group": label, "ks": sorted(int(k) for k in sub["k"].unique()), **_est_dict("elasticity", est)})
+    if not rows:
+        return None
+    return Table("fig4_elasticity", "Width elasticity of the used fraction (Fig. 4)",
+                 "Slope of log(used fraction) on log(k), one observation per query and width, cluster-robust by "
+                 "query (t with G - 1 df). Used = normalised probe score over the run's threshold (default tau(k), "
+                 "which shrinks with width: a free-threshold criterion in the paper's terms). Queries with no "
+                 "used passage are dropped (n counts the rows fitted).",
+                 ["group", "widths k", "elasticity (se)", "95% CI", "p", "n"], rows, data)
