@@ -13,7 +13,6 @@ import yaml
 from typer.testing import CliRunner
 
 from ascp.cli import app
-from ascp.errors import AscpError
 from ascp.experiments import Condition, run_experiment
 from ascp.report import write_report
 from ascp.report.claims import Claim, verdict
