@@ -412,3 +412,15 @@ def test_real_recipes():
     cases = load_cases(real("recipes/carriage_spanish_top5_naive.out"), limit=20)
     assert len(cases) == 20 and all(1 <= len(c.pool) <= 5 and c.units for c in cases)
     assert all(any(attests(p, u) for p in c.pool) for c in cases for u in c.units)
+
+
+def test_min_pool_filters_before_limit(tmp_path):
+    path = tmp_path / "cases.jsonl"
+    path.write_text("".join(json.dumps({
+        "id": f"c{n}", "question": "q?", "answers": [["x"]],
+        "pool": [{"id": f"d{i}", "text": f"passage {i}"} for i in range(n)]}) + "\n" for n in (3, 5, 2, 7)),
+        encoding="utf-8")
+    assert [c.id for c in load_cases(path, format="jsonl", rank_by="given", min_pool=5)] == ["c5", "c7"]
+    assert [c.id for c in load_cases(path, format="jsonl", rank_by="given", min_pool=5, limit=1)] == ["c5"]
+    with pytest.raises(AscpError, match="min_pool must be at least 1"):
+        load_cases(path, format="jsonl", min_pool=0)
