@@ -1,4 +1,5 @@
-"""Small helpers shared by the policies: id mapping, cyclic windows, a response-embedding cache."""
+"""Small helpers shared by the policies: id mapping, cyclic windows, a response-embedding cache, and
+the base of the static facet-diversification policies (xQuAD, PM-2)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from ascp.schedulers.base import EmbedFn, PoolView, Selection
+from ascp.schedulers.base import EmbedFn, PoolView, RoundFeedback, Scheduler, Selection
 
 
 def positions(view: PoolView, ids: Iterable[str]) -> list[int]:
@@ -40,3 +41,30 @@ class ResponseEmbedder:
             rows = np.asarray(self.embed_fn(missing), dtype=np.float64).reshape(len(missing), -1)
             self._cache.update(zip(missing, rows, strict=True))
         return np.stack([self._cache[t] for t in texts]) if texts else np.zeros((0, 0))
+
+
+class StaticFacetOrder(Scheduler):
+    """A policy that orders the pool once over the induced facets (`order(relevance, W, pi, k, lam)`)
+    and offers the same k passages every round; reads no feedback. Subclasses set `name`, `order`
+    and the default `lam`."""
+
+    reads_feedback = False
+    options = ("lam",)
+    default_lam = 0.5
+
+    @staticmethod
+    def order(relevance: np.ndarray, W: np.ndarray, pi: np.ndarray, m: int, lam: float) -> list[int]:
+        raise NotImplementedError
+
+    def __init__(self, view: PoolView, k: int, T: int, rng: np.random.Generator, lam: float | None = None) -> None:
+        super().__init__(view, k, T, rng)
+        self.lam = float(self.default_lam if lam is None else lam)
+        self._chosen: list[int] | None = None
+
+    def select(self, round: int, history: tuple[RoundFeedback, ...]) -> Selection:
+        if self._chosen is None:
+            from ascp.schedulers.facets import facets_of
+
+            f = facets_of(self.view)
+            self._chosen = self.order(self.view.relevance, f.W, f.pi, self.k, self.lam)
+        return selection(self.view, self._chosen)

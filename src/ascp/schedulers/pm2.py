@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ascp.schedulers._common import selection
-from ascp.schedulers.base import PoolView, RoundFeedback, Scheduler, Selection
-from ascp.schedulers.facets import facets_of
+from ascp.schedulers._common import StaticFacetOrder
 
 PM2_LAMBDA = 0.5
 
@@ -42,20 +40,9 @@ def pm2_order(relevance: np.ndarray, W: np.ndarray, pi: np.ndarray, m: int, lam:
     return chosen
 
 
-class PM2(Scheduler):
+class PM2(StaticFacetOrder):
     """PM-2 over the same facets as ascp, lam = 0.5; static across rounds."""
 
     name = "pm2"
-    reads_feedback = False
-    options = ("lam",)
-
-    def __init__(self, view: PoolView, k: int, T: int, rng: np.random.Generator, lam: float = PM2_LAMBDA) -> None:
-        super().__init__(view, k, T, rng)
-        self.lam = float(lam)
-        self._chosen: list[int] | None = None
-
-    def select(self, round: int, history: tuple[RoundFeedback, ...]) -> Selection:
-        if self._chosen is None:
-            f = facets_of(self.view)
-            self._chosen = pm2_order(self.view.relevance, f.W, f.pi, self.k, self.lam)
-        return selection(self.view, self._chosen)
+    order = staticmethod(pm2_order)
+    default_lam = PM2_LAMBDA

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ascp.schedulers._common import selection
-from ascp.schedulers.base import PoolView, RoundFeedback, Scheduler, Selection
-from ascp.schedulers.facets import facets_of
+from ascp.schedulers._common import StaticFacetOrder
 
 XQUAD_LAMBDA = 0.5
 
@@ -27,20 +25,9 @@ def xquad_order(relevance: np.ndarray, W: np.ndarray, pi: np.ndarray, m: int, la
     return chosen
 
 
-class XQuAD(Scheduler):
+class XQuAD(StaticFacetOrder):
     """P(z|q) = pi(z), P(d|q,z) = W[d, z], P(d|q) = r(d) (facets.py), lam = 0.5; static across rounds."""
 
     name = "xquad"
-    reads_feedback = False
-    options = ("lam",)
-
-    def __init__(self, view: PoolView, k: int, T: int, rng: np.random.Generator, lam: float = XQUAD_LAMBDA) -> None:
-        super().__init__(view, k, T, rng)
-        self.lam = float(lam)
-        self._chosen: list[int] | None = None
-
-    def select(self, round: int, history: tuple[RoundFeedback, ...]) -> Selection:
-        if self._chosen is None:
-            f = facets_of(self.view)
-            self._chosen = xquad_order(self.view.relevance, f.W, f.pi, self.k, self.lam)
-        return selection(self.view, self._chosen)
+    order = staticmethod(xquad_order)
+    default_lam = XQUAD_LAMBDA
