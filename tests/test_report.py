@@ -291,3 +291,38 @@ def test_cpu_small_preset_resolves_on_the_real_data():
     for claim in PRESET_CLAIMS["cpu-small"]:  # every claim refers to conditions the preset runs
         assert Condition.parse(claim.a).name in names and Condition.parse(claim.b).name in names
     assert spec.tasks[0].limit == 3 and spec.tasks[0].min_pool == 24
+
+
+def test_table6_pools_width_contrasts_over_conditions(tmp_path):
+    rng = np.random.default_rng(1)
+    records, truth = [], {}
+    for t, shift in enumerate((0.05, 0.10, 0.20, 0.30)):
+        task = f"task{t}"
+        diffs = []
+        for i in range(15):
+            base = rng.uniform(0.1, 0.5)
+            d = shift + rng.normal(0, 0.05)
+            diffs.append(d)
+            records.append(unit(c("rotate(k=2,T=1)"), f"q{i}", 0, base, task=task))
+            records.append(unit(c("rotate(k=8,T=1)"), f"q{i}", 0, base + d, task=task))
+        truth[f"{task}/m"] = float(np.mean(diffs))
+    report = write_report(write_store(tmp_path / "s", records), n_boot=400)
+    data = json.loads((report.out / "tables" / "tables.json").read_text(encoding="utf-8"))
+    (row,) = data["table6_width_pooled"]["data"]
+    assert row["contrast"] == "width k8 vs k2 at T1" and row["conditions"] == sorted(truth)
+    assert row["effects"] == pytest.approx([truth[n] for n in row["conditions"]])
+    assert min(row["effects"]) < row["mean"] < max(row["effects"])
+    for effect, shrunk in zip(row["effects"], row["blup"], strict=True):  # partial pooling moves toward the mean
+        assert abs(shrunk - row["mean"]) <= abs(effect - row["mean"]) + 1e-12
+    assert row["prediction_t"][0] < row["prediction_normal"][0] < row["mean"]  # t_{K-2} is wider
+
+
+def test_grid_table_names_the_probe_when_cells_differ(tmp_path):
+    records = []
+    for i in range(6):
+        for text in ("rotate(k=2,T=2,estimator=bm25)", "vanilla(k=2,T=2,estimator=bm25)", "rotate(k=5,T=2)",
+                     "vanilla(k=5,T=2)"):
+            records.append(unit(c(text), f"q{i}", 0, 0.2 + 0.1 * i + (0.1 if text.startswith("rotate") else 0)))
+    report = write_report(write_store(tmp_path / "s", records), n_boot=200)
+    md = (report.out / "tables" / "table4_grid.md").read_text(encoding="utf-8")
+    assert "| probe |" in md and "| bm25 |" in md and "| loo |" in md

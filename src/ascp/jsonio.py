@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -65,3 +66,35 @@ def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
     with atomic_writer(path) as handle:
         for record in records:
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
+@contextlib.contextmanager
+def staged_folder(out: str | Path, whole: bool = False) -> Iterator[Path]:
+    """Yield an empty temporary folder beside `out` to write into; publish it when the block ends.
+
+    On success: if `out` does not exist the folder is renamed to `out`; if it does, each file
+    written is moved over its namesake in `out` (other files in `out` stay), or with `whole` the
+    old `out` is replaced as a whole. On any error the temporary folder is removed and `out` is
+    untouched, so a failed write leaves nothing half-written.
+    """
+    out = Path(out)
+    parent = out.parent if str(out.parent) else Path(".")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
+    try:
+        tmp.chmod(0o755)  # mkdtemp makes it private; the folder becomes `out`
+        yield tmp
+        if not out.exists():
+            os.replace(tmp, out)
+        elif whole:
+            old = parent / f".{out.name}.old"
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            for path in tmp.iterdir():
+                os.replace(path, out / path.name)
+            tmp.rmdir()
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

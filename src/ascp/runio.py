@@ -7,9 +7,6 @@ place only when all of them are complete, so a failed run leaves nothing half-wr
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,9 +14,8 @@ from typing import Any
 import numpy as np
 
 from ascp.errors import AscpError
+from ascp.jsonio import staged_folder
 from ascp.types import Case, Portfolio
-
-RUN_FILES = ("rounds.jsonl", "cases.jsonl", "summary.json")
 
 
 def check_out_dir(out: Path) -> None:
@@ -67,9 +63,7 @@ def write_run(
     config: dict[str, Any],
 ) -> dict[str, Any]:
     summary = {"config": config, "cases": len(case_rows), "mean": summarize(case_rows)}
-    parent = out.parent if str(out.parent) else Path(".")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
-    try:
+    with staged_folder(out) as tmp:
         with (tmp / "rounds.jsonl").open("w", encoding="utf-8") as handle:
             for p in portfolios:
                 for rec in round_records(p):
@@ -78,13 +72,4 @@ def write_run(
             for row in case_rows:
                 handle.write(json.dumps(row, ensure_ascii=False) + "\n")
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        if out.exists():
-            for name in RUN_FILES:
-                os.replace(tmp / name, out / name)
-            shutil.rmtree(tmp)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return summary

@@ -6,19 +6,16 @@ failed or interrupted report leaves the previous report (or nothing) behind, nev
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import json
 import math
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ascp.errors import AscpError
+from ascp.jsonio import staged_folder
 from ascp.report import figures as figs
 from ascp.report import tables as tabs
 from ascp.report.claims import Claim, claims_table
@@ -41,7 +38,7 @@ def build_tables(frame, rng: np.random.Generator, n_boot: int, claims: tuple[Cla
     checked = claims_table(frame, claims, rng, n_boot) if claims else None
     if checked is not None:
         out.append(checked)
-    for make in (tabs.grid_table, tabs.decisive_table):
+    for make in (tabs.grid_table, tabs.decisive_table, tabs.hierarchical_width_table):
         table = make(frame, rng, n_boot)
         if table is not None:
             out.append(table)
@@ -97,8 +94,7 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, n_boot: int
     frame = unit_frame(records)
     rng = np.random.default_rng(seed)
     tables = build_tables(frame, rng, n_boot, claims)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with staged_folder(out, whole=True) as tmp:
         (tmp / "tables").mkdir()
         (tmp / "figures").mkdir()
         for t in tables:
@@ -127,17 +123,4 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, n_boot: int
         md += [to_markdown(t) for t in tables]
         md += [f"![{cap}]({path})\n\n{cap}\n" for path, cap in figures]
         (tmp / "report.md").write_text("\n".join(md), encoding="utf-8")
-        os.chmod(tmp, 0o755)
-        if out.exists():
-            old = out.with_name(f".{out.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            out.rename(old)
-            tmp.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(out)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            shutil.rmtree(tmp)
-        raise
     return Report(out, tuple(t.key for t in tables), tuple(p for p, _ in figures), len(records), plan["units"])

@@ -130,6 +130,7 @@ def grid_table(frame, rng: np.random.Generator, n_boot: int) -> Table | None:
     cells = sorted(set(rotation) & set(fixed), key=lambda key: (key[-2], key[-1]))
     if not cells:
         return None
+    several = len({key[:-2] for key in cells}) > 1  # cells probed differently: say which probe
     rows, data = [], []
     for key in cells:
         rot, fix = rotation[key], fixed[key]
@@ -139,7 +140,7 @@ def grid_table(frame, rng: np.random.Generator, n_boot: int) -> Table | None:
         offered = [task_weighted_mean(frame, c, "offered") for c in (rot, fix)]
         pr = [task_weighted_mean(frame, c, "pr") for c in (rot, fix)]
         rows.append([str(k), str(T), str(k * T), num(offered[0], 1), num(offered[1], 1), num(pr[0]), num(pr[1]),
-                     signed(est.mean if est else math.nan) + marker(p), interval(est)])
+                     signed(est.mean if est else math.nan) + marker(p), interval(est)] + ([key[0]] if several else []))
         data.append({"k": k, "T": T, "rotation": rot, "fixed": fix, "offered_rotation": offered[0],
                      "offered_fixed": offered[1], "pr_rotation": pr[0], "pr_fixed": pr[1], **_est_dict("delta", est)})
     return Table("table4_grid", "Table 4: deconfounded width-count grid",
@@ -147,7 +148,7 @@ def grid_table(frame, rng: np.random.Generator, n_boot: int) -> Table | None:
                  "minus fixed, paired within query and bootstrapped by query (crossed seeds x queries with equal "
                  "task weights when the run has several). *: p < 0.05, †: p < 0.01.",
                  ["k", "T", "kT", "offered (rotation)", "offered (fixed)", "PR@T (rotation)", "PR@T (fixed)",
-                  "ΔPR@T", "95% CI"], rows, data)
+                  "ΔPR@T", "95% CI"] + (["probe"] if several else []), rows, data)
 
 
 def _grid_cells(conds) -> dict[tuple, dict[tuple[int, int], str]]:
@@ -204,6 +205,52 @@ def decisive_table(frame, rng: np.random.Generator, n_boot: int) -> Table | None
                  "either arm). Budget-matched: the same k*T evidence slots, many narrow rounds minus one wide "
                  "generation. BH q over every row of this table. *: p < 0.05, †: p < 0.01.",
                  ["block", "contrast", "PR@T (a)", "PR@T (b)", "ΔPR@T", "95% CI", "p", "BH q", "n"], rows, data)
+
+
+def hierarchical_width_table(frame, rng: np.random.Generator, n_boot: int) -> Table | None:
+    """Table 6: the widest-minus-narrowest rotation contrast at each T, per task x model condition,
+    partially pooled by Paule-Mandel random effects, with the Higgins-Thompson-Spiegelhalter
+    t_{K-2} prediction interval for a new condition. Needs K >= 3 task x model conditions."""
+    from ascp.stats import paule_mandel, pooled_mean, prediction_interval
+
+    blocks = [(label, sub) for label, sub in _blocks(frame) if label != "all"]
+    if len(blocks) < 3:
+        return None
+    rows, data = [], []
+    for cells in _grid_cells(conditions(frame)).values():
+        for label, a, b in decisive_contrasts(cells):
+            if not label.startswith("width"):
+                continue
+            effects, names = [], []
+            for block, sub in blocks:
+                est = estimate_difference(paired(sub, a, b, "pr"), rng, n_boot)
+                if est is not None and est.se > 0:
+                    effects.append(est)
+                    names.append(block)
+            if len(effects) < 3:
+                continue
+            meta = paule_mandel([e.mean for e in effects], [e.se**2 for e in effects])
+            pooled = pooled_mean(meta)
+            lo_t, hi_t = prediction_interval(meta, dist="t")
+            lo_z, hi_z = prediction_interval(meta, dist="normal")
+            for name, e, shrunk in zip(names, effects, meta.blup, strict=True):
+                rows.append([label, name, signed(e.mean), signed(shrunk), interval(e)])
+            rows.append([label, "grand mean", signed(pooled.mean), "-", interval(pooled)])
+            rows.append([label, f"new condition (t, df={meta.k - 2})", "-", "-", f"[{signed(lo_t)}, {signed(hi_t)}]"])
+            rows.append([label, "new condition (normal, for comparison)", "-", "-",
+                         f"[{signed(lo_z)}, {signed(hi_z)}]"])
+            data.append({"contrast": label, "conditions": names, "effects": [e.mean for e in effects],
+                         "variances": [e.se**2 for e in effects], "tau2": meta.tau2, "mean": meta.mean,
+                         "se": meta.se, "blup": list(meta.blup), "prediction_t": [lo_t, hi_t],
+                         "prediction_normal": [lo_z, hi_z]})
+    if not rows:
+        return None
+    return Table("table6_width_pooled", "Table 6: hierarchical width contrast",
+                 "Widest minus narrowest rotation width at each T, paired within query, one estimate per task x "
+                 "model condition (variance = bootstrap SE squared), partially pooled by Paule-Mandel random "
+                 "effects (column 'pooled' = the shrunken condition effect). The t prediction interval for a new "
+                 "condition uses t_{K-2} (Higgins-Thompson-Spiegelhalter).",
+                 ["contrast", "condition", "effect", "pooled", "95% CI"], rows, data)
 
 
 def _is_plain_ascp(row) -> bool:
@@ -367,12 +414,17 @@ def ablation_table(frame, rng: np.random.Generator, n_boot: int) -> Table | None
                  header, rows, data)
 
 
+RELEVANCE_PROXIES = ("bm25", "qd-cosine", "yd-cosine")
+
+
 def elasticity_groups(frame) -> list[tuple[str, Any]]:
-    """(label, rows) per task x model x scheduler x T holding at least two widths k."""
+    """(label, rows) per task x model x scheduler x T x causal estimator holding at least two widths k.
+    Relevance proxies are skipped: their "used" passages measure relevance, not utilisation."""
     out = []
-    for (task, model, sched, T), sub in frame.groupby(["task", "model", "scheduler", "T"], sort=True):
-        if sub["k"].nunique() >= 2 and sub["query"].nunique() >= 3:
-            out.append((f"{task}/{model} {sched} T={T}", sub))
+    keys = ["task", "model", "scheduler", "T", "estimator"]
+    for (task, model, sched, T, est), sub in frame.groupby(keys, sort=True):
+        if est not in RELEVANCE_PROXIES and sub["k"].nunique() >= 2 and sub["query"].nunique() >= 3:
+            out.append((f"{task}/{model} {sched} T={T} ({est})", sub))
     return out
 
 

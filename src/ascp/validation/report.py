@@ -14,19 +14,16 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ascp.jsonio import staged_folder
 from ascp.validation.analysis import PROXIES
 from ascp.validation.pools import skip_summary
 
 COLORS = {"loo": "#1f77b4", "replace": "#17becf", "contextcite": "#9467bd", "hierarchical": "#2ca02c",
           "bm25": "#d62728", "qd-cosine": "#ff7f0e", "yd-cosine": "#8c564b"}
-OUT_FILES = ("scores.jsonl", "responses.jsonl", "summary.json", "results.md")
 
 
 def _f(x: float, digits: int = 3) -> str:
@@ -238,10 +235,7 @@ def build_summary(run, data: str, model: str, n_boot: int = 2000, command: str |
 
 def write_outputs(out: Path, run, summary: dict[str, Any]) -> None:
     """Write every output file into `out`, all or nothing."""
-    parent = out.parent if str(out.parent) else Path(".")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
-    try:
-        tmp.chmod(0o755)  # mkdtemp makes it private; the folder becomes `out`
+    with staged_folder(out) as tmp:
         with (tmp / "scores.jsonl").open("w", encoding="utf-8") as h:
             for r in run.rows:
                 h.write(json.dumps(r, ensure_ascii=False) + "\n")
@@ -250,16 +244,5 @@ def write_outputs(out: Path, run, summary: dict[str, Any]) -> None:
                 h.write(json.dumps(r, ensure_ascii=False) + "\n")
         (tmp / "summary.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         (tmp / "results.md").write_text(markdown(summary), encoding="utf-8")
-        names = list(OUT_FILES)
         for protocol in run.config.protocols:
             figure(summary, protocol, tmp / f"figure-{protocol}.png")
-            names.append(f"figure-{protocol}.png")
-        if out.exists():
-            for name in names:
-                os.replace(tmp / name, out / name)
-            shutil.rmtree(tmp)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
