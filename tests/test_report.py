@@ -228,6 +228,8 @@ def test_report_bad_input_is_one_sentence(tmp_path, grid_store):
     orphan = runner.invoke(app, ["report", str(grid_store), "--out", str(tmp_path / "no" / "such")])
     assert orphan.exit_code == 2 and "does not exist" in orphan.output
     assert not (tmp_path / "no").exists()
+    preset = runner.invoke(app, ["report", str(grid_store), "--preset", "nope", "--out", str(tmp_path / "r")])
+    assert preset.exit_code == 2 and "unknown preset 'nope'" in preset.output
     few = runner.invoke(app, ["report", str(grid_store), "--n-boot", "5", "--out", str(tmp_path / "r")])
     assert few.exit_code == 2 and "--n-boot" in few.output and not (tmp_path / "r").exists()
 

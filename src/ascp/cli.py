@@ -513,12 +513,19 @@ def report_command(
     out_dir: Annotated[Path | None, typer.Option("--out", help="Report folder (default: DIR/report).")] = None,
     n_boot: Annotated[int, typer.Option("--n-boot", help="Bootstrap replicates per interval.")] = 10_000,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap draws.")] = 0,
+    preset: Annotated[str | None, typer.Option("--preset", help="Also check the paper claims of this "
+                                               "`ascp reproduce` preset (e.g. cpu-small).")] = None,
 ) -> None:
     """Write paper-layout tables (markdown, LaTeX), PNG figures and an HTML page for an experiment run."""
     from ascp.report import write_report
+    from ascp.reproduce import PRESET_CLAIMS, PRESETS
 
     with user_errors():
-        report = write_report(directory, out_dir, n_boot=n_boot, seed=seed)
+        if preset is not None and preset not in PRESET_CLAIMS:
+            raise AscpError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}.")
+        claims = PRESET_CLAIMS[preset] if preset else ()
+        title = f"ascp reproduce --preset {preset}" if preset else None
+        report = write_report(directory, out_dir, n_boot=n_boot, seed=seed, claims=claims, title=title)
         err.print(f"{report.units}/{report.total} units; {len(report.tables)} tables "
                   f"({', '.join(report.tables)}), {len(report.figures)} figures; open {report.out}/index.html",
                   markup=False, highlight=False)
