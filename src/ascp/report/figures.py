@@ -72,7 +72,8 @@ def grid_figure(frame, path: Path, rng: np.random.Generator, n_boot: int) -> str
     axes[2].set(xlabel="generations T", ylabel="ΔPR@T, rotation - fixed (95% CI)", title="(c) fresh-evidence gain")
     for ax in axes:
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     if len(ks) > 1:
         axes[0].set_xscale("log", base=2)
         axes[0].set_xticks(ks, [str(k) for k in ks])
