@@ -21,13 +21,24 @@ def _pyplot():
     return plt
 
 
+def matplotlib_ticker():
+    import matplotlib.ticker
+
+    return matplotlib.ticker
+
+
 def _arm_cells(frame) -> dict[str, dict[tuple[int, int], str]]:
-    """arm -> (k, T) -> condition, for the ordinary-decoding loo/commit grid cells of both arms."""
+    """arm -> (k, T) -> condition, for the ordinary-decoding grid cells of both arms (a T = 1 cell of
+    either arm counts for both: one round of the top-k is the same context under both)."""
     conds = conditions(frame)
     out: dict[str, dict[tuple[int, int], str]] = {"rotation": {}, "fixed": {}}
     for name, row in conds.iterrows():
         if row["arm"] in out and not math.isfinite(row["steer"]):
             out[row["arm"]].setdefault((int(row["k"]), int(row["T"])), name)
+    for arm, other in (("rotation", "fixed"), ("fixed", "rotation")):  # at T = 1 the two arms coincide
+        for (k, T), name in list(out[arm].items()):
+            if T == 1:
+                out[other].setdefault((k, T), name)
     return out
 
 
@@ -110,6 +121,7 @@ def cost_figure(frame, path: Path) -> str | None:
                     ax.annotate(f"T={int(frame.loc[frame['condition'] == n, 'T'].iloc[0])}", (x, y), fontsize=6,
                                 xytext=(3, 3), textcoords="offset points")
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib_ticker().NullFormatter())
         ax.set(xlabel=label, ylabel="PR@T (portfolio recall)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
