@@ -51,6 +51,22 @@ def _progress():
     )
 
 
+def _experiment_progress(label: str):
+    """(bar, on_start, progress) for `run_experiment`: a rounds bar that starts once the store is open."""
+    bar = _progress()
+    state: dict = {}
+
+    def on_start(rounds: int, done: int, total: int) -> None:
+        err.print(f"{label}: {done}/{total} units done; {total - done} to run", markup=False, highlight=False)
+        state["task"] = bar.add_task("rounds", total=rounds)
+
+    def progress(rounds: int, units: int) -> None:
+        if "task" in state:
+            bar.advance(state["task"], rounds)
+
+    return bar, on_start, progress
+
+
 def run_attribution(
     input_path: Path, estimator_name: str, model: str, seed: int, out_path: Path | None,
     max_new_tokens: int, temperature: float, top_p: float, threshold: float | None,
@@ -384,17 +400,7 @@ def experiment_run(
     with user_errors():
         plan = prepare(spec, executor, workers)
         options = {"cpus_per_worker": cpus_per_worker, "gpus_per_worker": gpus_per_worker} if executor == "ray" else {}
-        bar = _progress()
-        state: dict = {}
-
-        def on_start(rounds: int, done: int, total: int) -> None:
-            err.print(f"{plan.spec.name}: {done}/{total} units done; {total - done} to run ({executor})",
-                      markup=False, highlight=False)
-            state["task"] = bar.add_task("units", total=rounds)
-
-        def progress(rounds: int, units: int) -> None:
-            if "task" in state:
-                bar.advance(state["task"], rounds)
+        bar, on_start, progress = _experiment_progress(f"{plan.spec.name} ({executor})")
 
         try:
             with bar:
@@ -544,16 +550,7 @@ def reproduce_command(
     from ascp.reproduce import reproduce
 
     with user_errors():
-        bar = _progress()
-        state: dict = {}
-
-        def on_start(rounds: int, done: int, total: int) -> None:
-            err.print(f"{preset}: {done}/{total} units done; {total - done} to run", markup=False, highlight=False)
-            state["task"] = bar.add_task("rounds", total=rounds)
-
-        def progress(rounds: int, units: int) -> None:
-            if "task" in state:
-                bar.advance(state["task"], rounds)
+        bar, on_start, progress = _experiment_progress(preset)
 
         try:
             with bar:
