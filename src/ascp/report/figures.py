@@ -21,12 +21,6 @@ def _pyplot():
     return plt
 
 
-def matplotlib_ticker():
-    import matplotlib.ticker
-
-    return matplotlib.ticker
-
-
 def _arm_cells(frame) -> dict[str, dict[tuple[int, int], str]]:
     """arm -> (k, T) -> condition, for the ordinary-decoding grid cells of both arms (a T = 1 cell of
     either arm counts for both: one round of the top-k is the same context under both)."""
@@ -104,6 +98,8 @@ def cost_figure(frame, path: Path) -> str | None:
     if sum(len(c) for c in cells.values()) < 2 or frame["tokens"].isna().all():
         return None
     plt = _pyplot()
+    from matplotlib.ticker import NullFormatter
+
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     ks = sorted({k for arm in cells.values() for k, _ in arm})
@@ -121,7 +117,7 @@ def cost_figure(frame, path: Path) -> str | None:
                     ax.annotate(f"T={int(frame.loc[frame['condition'] == n, 'T'].iloc[0])}", (x, y), fontsize=6,
                                 xytext=(3, 3), textcoords="offset points")
         ax.set_xscale("log")
-        ax.xaxis.set_minor_formatter(matplotlib_ticker().NullFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set(xlabel=label, ylabel="PR@T (portfolio recall)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)

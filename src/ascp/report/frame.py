@@ -93,8 +93,7 @@ def seed_t_difference(pairs) -> Estimate | None:
     """Mean paired difference with a t interval over seed means (Table 12), or None with < 2 seeds."""
     if pairs.empty or pairs["seed"].nunique() < 2:
         return None
-    labels, means = seed_means(pairs, value="diff")
-    del labels
+    _, means = seed_means(pairs, value="diff")
     return seed_t_interval(means)
 
 
