@@ -28,7 +28,7 @@ LOCK_UPGRADE ?= --upgrade
 # One sentence and a non-zero exit before anything is created, on a Python the lock cannot serve.
 python-version:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null || \
-	  { echo "ascp needs Python 3.11 or newer, but '$(PYTHON)' is $$($(PYTHON) -V 2>&1 || echo missing); run make with PYTHON=python3.11." >&2; exit 1; }
+	  { echo "ascp needs Python 3.11 or newer, but '$(PYTHON)' is $$($(PYTHON) -V 2>/dev/null || echo not found); run make with PYTHON=python3.11." >&2; exit 1; }
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' || \
 	  { echo "The locked environment is built for Python 3.11 and '$(PYTHON)' is $$($(PYTHON) -V 2>&1); run make with PYTHON=python3.11, or pip install -e . into your own environment." >&2; exit 1; }
 
