@@ -10,21 +10,21 @@ fixed seed); that response is then the fixed target every method scores, token f
 * `captum`    - Captum `LLMAttribution(FeatureAblation)` over a `TextTemplateInput` whose features
                 are the k passage blocks of the same prompt text (baseline "" = deletion), with
                 Captum's defaults (token-by-token decoding of the target with a KV cache). Captum
-                tokenises the filled-in template as one string.
-* `captum-ids`- the same Captum call, but the input feeds ascp's own per-segment token ids, so
-                Captum scores exactly the token sequences naive scores (isolates tokenisation).
+                tokenises the filled-in template as one string, as ascp does (canonical
+                tokenization), so it is an independent implementation of the same numbers.
 * `contextcite` - `context_cite.ContextCiter` with a partitioner whose sources are the k passage
                 blocks, a prompt template that renders the same chat prompt text, the fixed
                 response, and its default 64 random ablations (LASSO surrogate).
 
 Columns: requests; mean seconds per request (time.perf_counter around one method scoring one
-request); ratio to naive seconds; tokens fed to the model / the exact-LOO token floor
-(`exact_loo_floor_tokens`); max |score - naive score| in nats per response token (Captum's
-sequence attribution is a summed log-prob drop, so it is divided by the number of response
+request); ratio to naive seconds; tokens fed to the model / the exact-LOO token floor of the
+canonical prompts (`exact_loo_floor_tokens`: each ablated prompt, tokenized as a whole, re-fed
+after its longest common token prefix with the full prompt); max |score - naive score| in nats
+per response token (Captum's sequence attribution is a summed log-prob drop, so it is divided by the number of response
 tokens first; "n/a" for ContextCite, a different estimator). Peer token counts come from a
 forward pre-hook on the decoder stack that adds up the non-padding input tokens of every call.
 
-    python benchmarks/probe_speed.py --requests 2 [--ks 5,10] [--skip-peers] [--max-new-tokens 48]
+    python benchmarks/probe_speed.py --requests 2 [--ks 5,10] [--skip-peers | --peers captum] [--max-new-tokens 48]
 """
 
 from __future__ import annotations
@@ -154,26 +154,10 @@ def captum_cache_shim(model: Any) -> Iterator[None]:
         del model.prepare_inputs_for_generation
 
 
-def make_captum_runner(lm: Any, token_exact: bool, forward_in_tokens: bool) -> Callable[[Any], np.ndarray]:
+def make_captum_runner(lm: Any, forward_in_tokens: bool) -> Callable[[Any], np.ndarray]:
     """Captum LLMAttribution(FeatureAblation); returns per-token log-prob drops per passage."""
     import torch
     from captum.attr import FeatureAblation, LLMAttribution, TextTemplateInput
-
-    class SegmentIdsInput(TextTemplateInput):
-        """A TextTemplateInput that feeds ascp's per-segment token ids instead of re-tokenising."""
-
-        def __init__(self, segments: Sequence[Sequence[int]], template: str, values: list[str]) -> None:
-            super().__init__(template, values=values, baselines=[""] * len(values))
-            self.segments = [list(s) for s in segments]
-
-        def to_model_input(self, perturbed_tensor: Any = None) -> Any:
-            keep = [True] * self.n_itp_features if perturbed_tensor is None else perturbed_tensor[0].tolist()
-            ids = list(self.segments[0])
-            for seg, kept in zip(self.segments[1:-1], keep, strict=True):
-                if kept:
-                    ids.extend(seg)
-            ids.extend(self.segments[-1])
-            return torch.tensor([ids], dtype=torch.long)
 
     attribution = LLMAttribution(FeatureAblation(lm.model), lm.tokenizer)
 
@@ -181,10 +165,7 @@ def make_captum_runner(lm: Any, token_exact: bool, forward_in_tokens: bool) -> C
         texts = item.prompt.segment_texts
         blocks = list(texts[1:-1])
         template = _escape(texts[0]) + "{}" * len(blocks) + _escape(texts[-1])
-        if token_exact:
-            inp = SegmentIdsInput(item.prompt.segments, template, blocks)
-        else:
-            inp = TextTemplateInput(template, values=blocks, baselines=[""] * len(blocks))
+        inp = TextTemplateInput(template, values=blocks, baselines=[""] * len(blocks))
         target = torch.tensor(item.response_ids, dtype=torch.long)
         with captum_cache_shim(lm.model):
             result = attribution.attribute(inp, target=target, forward_in_tokens=forward_in_tokens)
@@ -269,6 +250,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--requests", type=int, default=2, help="ASQA items per k (default 2)")
     parser.add_argument("--ks", default="5,10", help="comma-separated context sizes (default 5,10)")
     parser.add_argument("--skip-peers", action="store_true", help="only naive vs ascp loo")
+    parser.add_argument("--peers", default="captum,contextcite", help="peers to run (default captum,contextcite)")
     parser.add_argument("--max-new-tokens", type=int, default=48, help="sampled response length cap")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed for the fixed responses")
     parser.add_argument("--cc-ablations", type=int, default=64, help="ContextCite ablations (its default: 64)")
@@ -287,7 +269,9 @@ def preflight(args: argparse.Namespace) -> str | None:
             "repository), so there is nothing to measure."
         )
     if not args.skip_peers:
-        missing = [name for name in ("captum", "context_cite") if importlib.util.find_spec(name) is None]
+        wanted = {"captum": "captum", "contextcite": "context_cite"}
+        missing = [module for peer, module in wanted.items()
+                   if peer in args.peers and importlib.util.find_spec(module) is None]
         if missing:
             return (
                 f"The peer package(s) {', '.join(missing)} are not installed; run `{BENCH_INSTALL}` "
@@ -334,10 +318,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from importlib.metadata import version
 
         forward_in_tokens = args.captum_forward == "tokens"
-        methods["captum"] = make_captum_runner(lm, token_exact=False, forward_in_tokens=forward_in_tokens)
-        methods["captum-ids"] = make_captum_runner(lm, token_exact=True, forward_in_tokens=forward_in_tokens)
-        methods["contextcite"] = make_contextcite_runner(lm, args.cc_ablations)
-        peer_versions = f", captum {version('captum')}, context-cite {version('context-cite')}"
+        if "captum" in args.peers:
+            methods["captum"] = make_captum_runner(lm, forward_in_tokens=forward_in_tokens)
+        if "contextcite" in args.peers:
+            methods["contextcite"] = make_contextcite_runner(lm, args.cc_ablations)
+        peer_versions = "".join(f", {dist} {version(dist)}" for peer, dist in (("captum", "captum"),
+                                ("contextcite", "context-cite")) if peer in args.peers)
     counter = TokenCounter(lm.model.get_decoder())
 
     print(
@@ -374,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         items = prepare_inputs(lm, requests, config)
         floors[k] = []
         for req, item in zip(requests, items, strict=True):
-            floor = exact_loo_floor_tokens(item.prompt, len(item.response_ids))
+            floor = exact_loo_floor_tokens(lm, item.prompt, len(item.response_ids))
             floors[k].append(floor)
             reference: np.ndarray | None = None
             line = [f"k={k} id={req.id} prompt={item.prompt.num_tokens} tok response={len(item.response_ids)} tok"]

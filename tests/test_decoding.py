@@ -118,7 +118,11 @@ def test_stream_prompts_and_their_edge_cases(tiny_lm):
     assert inside.overused == ("p2", "p0")
     # All three share the instruction prefix and the question tail: only passage blocks differ.
     for s in (inside.without, inside.only):
-        assert s.segments[0] == inside.full.segments[0] and s.segments[-1] == inside.full.segments[-1]
+        assert s.segment_texts[0] == inside.full.segment_texts[0]
+        assert s.segment_texts[-1] == inside.full.segment_texts[-1]
+    # Every stream decodes on tokenizer(text) of its own prompt text (canonical tokenization).
+    for s in (inside.full, inside.without, inside.only):
+        assert list(s.ids) == tiny_lm.tokenizer(s.text, add_special_tokens=False)["input_ids"]
     disjoint = streams_for(tiny_lm, (0, 1), (3,))  # O outside C: C \ O = C
     assert disjoint.without.ids == disjoint.full.ids and disjoint.only.passage_ids == ("p3",)
     covering = streams_for(tiny_lm, (0, 1), (1, 0, 4))  # O covers C: (q, C \ O) has no passages

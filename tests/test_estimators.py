@@ -62,7 +62,7 @@ def test_hierarchical_default_refines_the_top_groups(tiny_lm, random_item):
     naive = AblationScorer(tiny_lm, item.prompt, item.response_ids, reuse_prefix=False)
     full = naive.full_logprobs.mean()
     groups = est.groups(k)
-    drops = [full - o.mean() for o in naive.score([{i + 1: () for i in g} for g in groups])]
+    drops = [full - o.mean() for o in naive.score([{i + 1: "" for i in g} for g in groups])]
     loo = LeaveOneOut(reuse_prefix=False).score(tiny_lm, item)
     ranked = [j for j in np.argsort(-np.array(drops), kind="stable") if drops[j] > 0]
     refined = set(ranked[:2])
@@ -84,17 +84,25 @@ def test_replace_with_empty_filler_equals_loo(tiny_lm, random_item):
     np.testing.assert_array_equal(Replacement(filler="").score(tiny_lm, item), LeaveOneOut().score(tiny_lm, item))
 
 
+def replaced_prompt_ids(lm, item, index: int, filler: str) -> list[int]:
+    """`tokenizer(text)` of the prompt text with passage `index`'s block (by its character span)
+    replaced by `filler`: what a user's own stack feeds for that prompt."""
+    start, end = item.prompt.passage_char_spans()[item.passages[index].id]
+    text = item.prompt.text[:start] + filler + item.prompt.text[end:]
+    return list(lm.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
 def test_replace_default_filler_keeps_token_length(tiny_lm, random_item):
     item = random_item(tiny_lm, 4, seed=71)
     est = Replacement()
-    unit = tiny_lm.encode(NEUTRAL_TEXT)
-    assert unit
+    words = set(NEUTRAL_TEXT.replace(".", " . ").split())
     for i in range(4):
-        block = item.prompt.segments[i + 1]
-        filler = list(est.replacement(tiny_lm, item, i))
-        assert len(filler) == len(block)
-        assert filler == [unit[j % len(unit)] for j in range(len(block))]
-        assert filler != list(block)
+        filler = est.replacement(tiny_lm, item, i)
+        assert filler.endswith("\n\n") and filler != item.prompt.segment_texts[i + 1]
+        body = filler.rstrip("\n")
+        assert body and set(body.replace(".", " . ").split()) <= words | {"."}
+        # No later token moves: the replaced prompt, tokenized as a whole, is as long as the full one.
+        assert len(replaced_prompt_ids(tiny_lm, item, i, filler)) == item.prompt.num_tokens
 
     scores = est.score(tiny_lm, item)
     loo = LeaveOneOut().score(tiny_lm, item)
@@ -103,19 +111,18 @@ def test_replace_default_filler_keeps_token_length(tiny_lm, random_item):
     # Each score equals an independent full pass on the prompt with that block replaced in place.
     full = forward_mean_logprob(tiny_lm, item.prompt.ids, item.response_ids)
     for i in range(4):
-        segs = [list(s) for s in item.prompt.segments]
-        segs[i + 1] = list(est.replacement(tiny_lm, item, i))
-        replaced = [t for s in segs for t in s]
-        assert len(replaced) == item.prompt.num_tokens  # no later token moves
+        replaced = replaced_prompt_ids(tiny_lm, item, i, est.replacement(tiny_lm, item, i))
         expected = full - forward_mean_logprob(tiny_lm, replaced, item.response_ids)
         assert scores[i] == pytest.approx(expected, abs=1e-5)
 
 
-def test_replace_with_callable_filler(tiny_lm, random_item):
+def test_replace_with_another_filler(tiny_lm, random_item):
     item = random_item(tiny_lm, 3, seed=72)
-    est = Replacement(filler=lambda n: [5] * n)
+    est = Replacement(filler="zebra quartz")
     for i in range(3):
-        assert list(est.replacement(tiny_lm, item, i)) == [5] * len(item.prompt.segments[i + 1])
+        filler = est.replacement(tiny_lm, item, i)
+        assert set(filler.split()) <= {"zebra", "quartz", "zebra.", "quartz.", ".", ",", "-", "!", "a"}
+        assert len(replaced_prompt_ids(tiny_lm, item, i, filler)) == item.prompt.num_tokens
 
 
 # ----- ContextCite ----------------------------------------------------------------------------
@@ -155,9 +162,15 @@ class KeywordModel:
 
 @dataclass
 class KeywordLM:
+    """A stand-in model whose "tokenizer" reads a text of space-separated token ids."""
+
     model: KeywordModel
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     supports_prefix_cache: bool = False
+
+    @staticmethod
+    def encode(text: str) -> list[int]:
+        return [int(w) for w in text.split()]
 
 
 def keyword_case(key_passage: int, k: int = 6):
@@ -170,9 +183,10 @@ def keyword_case(key_passage: int, k: int = 6):
             block.insert(1, key)
         segments.append(tuple(block))
     segments.append((4, 5))
+    texts = tuple("".join(f"{t} " for t in seg) for seg in segments)
     prompt = EncodedPrompt(
-        segment_texts=tuple(f"s{i}" for i in range(k + 2)),
-        segments=tuple(segments),
+        segment_texts=texts,
+        ids=tuple(KeywordLM.encode("".join(texts))),
         passage_ids=tuple(f"p{i}" for i in range(k)),
     )
     passages = tuple(Passage(id=f"p{i}", text=f"passage {i}") for i in range(k))
@@ -243,7 +257,7 @@ PROXY_RESPONSE = "The capital of Australia is Canberra."
 
 
 def proxy_item() -> ProbeInput:
-    prompt = EncodedPrompt(("",) * 5, ((),) * 5, tuple(p.id for p in PROXY_PASSAGES))
+    prompt = EncodedPrompt(("",) * 5, (), tuple(p.id for p in PROXY_PASSAGES))
     return ProbeInput(PROXY_QUESTION, PROXY_PASSAGES, prompt, PROXY_RESPONSE, (1,))
 
 

@@ -96,8 +96,9 @@ def test_probe_scores_in_the_loop_equal_the_standalone_probe(lm):
 
     gen = generate(lm, [prompt.ids], SAMPLING, [derive_seed(0, case.id, 1)])[0]
     assert gen.text == r.response
+    response_ids = tuple(lm.tokenizer(gen.text, add_special_tokens=False)["input_ids"])  # the text, tokenized
     raw = LeaveOneOut(reuse_prefix=False).score(lm, ProbeInput(case.question, tuple(passages), prompt, gen.text,
-                                                               gen.token_ids))
+                                                               response_ids))
     assert np.allclose([r.scores[p.id] for p in passages], raw, atol=1e-5)
 
 

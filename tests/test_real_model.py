@@ -59,7 +59,7 @@ def test_cached_loo_equals_naive_loo(real_lm, canberra):
     assert real_lm.supports_prefix_cache
     assert cached_scores.shape == (3,)
     np.testing.assert_allclose(cached_scores, naive_scores, rtol=0, atol=1e-4)
-    assert cached.last_tokens_processed == exact_loo_floor_tokens(item.prompt, len(item.response_ids))
+    assert cached.last_tokens_processed == exact_loo_floor_tokens(real_lm, item.prompt, len(item.response_ids))
     assert cached.last_tokens_processed < naive.last_tokens_processed
 
 

@@ -1,8 +1,10 @@
 """Exactness of the shared-prefix (KV-cache) scorer against naive and independent references.
 
-The reference in this module uses nothing from `ascp.lm.scoring`: it runs one plain full forward
-pass of `lm.model` over prompt + response ids and reads the log-probability of each response
-token from the position before it.
+The reference in this module uses nothing from `ascp.lm.scoring`: it cuts the edited prompt out
+of the prompt text by character spans, tokenizes that text as a whole with the tokenizer itself
+(`tokenizer(text)`, what a user's own stack feeds), runs one plain full forward pass of
+`lm.model` over prompt + response ids and reads the log-probability of each response token from
+the position before it.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import random_text
 
 from ascp.attribution.loo import LeaveOneOut
 from ascp.lm.scoring import AblationScorer, exact_loo_floor_tokens
@@ -29,9 +32,27 @@ def reference_logprobs(lm, prompt_ids, response_ids) -> np.ndarray:
     return logp[rows, torch.tensor(response_ids)].numpy()
 
 
-def apply_edit(prompt, edit) -> list[int]:
-    """The token ids of the prompt with `edit` (segment index -> replacement ids) applied."""
-    return [t for s, seg in enumerate(prompt.segments) for t in edit.get(s, seg)]
+def user_ids(lm, text: str) -> list[int]:
+    """What a user's own stack feeds for a prompt text: the tokenizer on the whole string."""
+    return list(lm.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def segment_bounds(prompt) -> list[tuple[int, int]]:
+    """Character span of every segment: the prefix, each passage block (from the output's
+    `passage_char_spans`) and the tail."""
+    spans = list(prompt.passage_char_spans().values())
+    first = spans[0][0] if spans else len(prompt.segment_texts[0])
+    last = spans[-1][1] if spans else first
+    return [(0, first), *spans, (last, len(prompt.text))]
+
+
+def apply_edit(lm, prompt, edit) -> list[int]:
+    """`tokenizer(text)` of the prompt text with `edit` (segment index -> replacement text) applied."""
+    text = prompt.text
+    for s, (start, end) in sorted(enumerate(segment_bounds(prompt)), reverse=True):
+        if s in edit:
+            text = text[:start] + edit[s] + text[end:]
+    return user_ids(lm, text)
 
 
 def reference_loo(lm, item) -> np.ndarray:
@@ -41,8 +62,8 @@ def reference_loo(lm, item) -> np.ndarray:
     for i in range(len(item.passages)):
         kept = item.passages[:i] + item.passages[i + 1 :]
         ablated = lm.encode_prompt(item.question, kept)
-        # Immutable identifiers: the re-rendered prompt is the full prompt minus one block.
-        assert ablated.ids == apply_edit(item.prompt, {i + 1: ()})
+        # Immutable identifiers: the re-rendered prompt is the full prompt text minus one block.
+        assert list(ablated.ids) == apply_edit(lm, item.prompt, {i + 1: ""})
         scores.append(full - reference_logprobs(lm, ablated.ids, item.response_ids).mean())
     return np.array(scores)
 
@@ -77,22 +98,33 @@ def test_cached_loo_feeds_exactly_the_floor(tiny_lm, random_item, k):
     cached_est.score(tiny_lm, item)
     naive_est.score(tiny_lm, item)
 
-    floor = exact_loo_floor_tokens(item.prompt, n)
+    floor = exact_loo_floor_tokens(tiny_lm, item.prompt, n)
     assert cached_est.last_tokens_processed == floor
     # Naive: one full pass plus one pass per ablated prompt, the last response token never fed.
+    ablated = [apply_edit(tiny_lm, item.prompt, {i + 1: ""}) for i in range(k)]
     N = item.prompt.num_tokens
-    blocks = item.prompt.passage_token_counts()
-    assert naive_est.last_tokens_processed == (k + 1) * (N + n - 1) - sum(blocks)
+    assert naive_est.last_tokens_processed == (N + n - 1) + sum(len(a) + n - 1 for a in ablated)
     assert cached_est.last_tokens_processed < naive_est.last_tokens_processed
 
 
+def common_prefix_length(a, b) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
 def test_floor_by_hand(tiny_lm, random_item):
-    # Hand count for k = 2: full pass, then (after block 1) and (after block 2) re-run.
+    # Hand count for k = 2: the full pass, then each ablated prompt after its common token
+    # prefix with the full prompt; that prefix reaches the deleted block's start (within one
+    # token: the separator before a block may tokenize differently from the text before it alone).
     item = random_item(tiny_lm, 2, seed=3)
     p, n = item.prompt, len(item.response_ids)
-    prefix, b1, b2, tail = (len(s) for s in p.segments)
-    expected = (prefix + b1 + b2 + tail + n - 1) + (b2 + tail + n - 1) + (tail + n - 1)
-    assert exact_loo_floor_tokens(p, n) == expected
+    full = user_ids(tiny_lm, p.text)
+    expected = len(full) + n - 1
+    for i, (start, _) in enumerate(p.passage_char_spans().values()):
+        ablated = apply_edit(tiny_lm, p, {i + 1: ""})
+        shared = common_prefix_length(full, ablated)
+        assert shared >= len(user_ids(tiny_lm, p.text[:start])) - 1
+        expected += len(ablated) - shared + n - 1
+    assert exact_loo_floor_tokens(tiny_lm, p, n) == expected
 
 
 def test_full_logprobs_match_reference(tiny_lm, random_item):
@@ -109,36 +141,37 @@ def test_empty_edit_returns_full_logprobs(tiny_lm, random_item):
     item = random_item(tiny_lm, 3, seed=6)
     scorer = AblationScorer(tiny_lm, item.prompt, item.response_ids)
     before = scorer.tokens_processed
-    out = scorer.score([{}, {2: ()}, {}])
+    out = scorer.score([{}, {2: ""}, {}])
     np.testing.assert_array_equal(out[0], scorer.full_logprobs)
     np.testing.assert_array_equal(out[2], scorer.full_logprobs)
     assert not np.allclose(out[1], scorer.full_logprobs)  # the deletion really changed something
-    # The empty edits cost nothing; the deletion of block 2 re-feeds only what follows it.
-    after_block_2 = sum(len(s) for s in item.prompt.segments[3:])
-    assert scorer.tokens_processed - before == after_block_2 + len(item.response_ids) - 1
+    # The empty edits cost nothing; the deletion of block 2 re-feeds only what follows the
+    # common prefix of the two prompts.
+    full, ablated = list(item.prompt.ids), apply_edit(tiny_lm, item.prompt, {2: ""})
+    fed = len(ablated) - common_prefix_length(full, ablated)
+    assert scorer.tokens_processed - before == fed + len(item.response_ids) - 1
 
 
-def _random_edits(rng: np.random.Generator, prompt, vocab: int, count: int) -> list[dict[int, list[int]]]:
+def _random_edits(rng: np.random.Generator, prompt, count: int) -> list[dict[int, str]]:
     """Deletions of passage subsets (ContextCite masks), replacements (any length, any segment),
     edits of the prefix and of the tail, no-op replacements and empty edits."""
-    k = len(prompt.segments) - 2
+    k = len(prompt.passage_ids)
     last = k + 1
-    edits: list[dict[int, list[int]]] = [
+    edits: list[dict[int, str]] = [
         {},
-        {last: []},  # delete the tail: the first response token is predicted by the last passage
-        {k: [], last: []},  # delete everything after the second-to-last passage
-        {0: list(rng.integers(3, vocab, size=5))},  # replace the prefix
-        {0: []},  # delete the prefix
-        {1: list(prompt.segments[1])},  # replace a block by itself (a no-op)
-        {last: list(rng.integers(3, vocab, size=3))},  # replace the tail
+        {last: ""},  # delete the tail: the first response token is predicted by the last passage
+        {k: "", last: ""},  # delete everything after the second-to-last passage
+        {0: random_text(rng, 2, 6)},  # replace the prefix
+        {1: prompt.segment_texts[1]},  # replace a block by itself (a no-op)
+        {last: random_text(rng, 1, 4) + "\n"},  # replace the tail
     ]
     while len(edits) < count:
         if rng.random() < 0.5:  # ContextCite-style: drop a random subset of passages
             keep = rng.random(k) < 0.5
-            edits.append({i + 1: [] for i in range(k) if not keep[i]})
-        else:  # replace one or more random segments by random ids of random length
-            segs = rng.choice(np.arange(0, k + 2), size=int(rng.integers(1, 3)), replace=False)
-            edits.append({int(s): list(rng.integers(3, vocab, size=int(rng.integers(0, 9)))) for s in segs})
+            edits.append({i + 1: "" for i in range(k) if not keep[i]})
+        else:  # replace one or more random passage blocks or the tail by random text
+            segs = rng.choice(np.arange(1, k + 2), size=int(rng.integers(1, 3)), replace=False)
+            edits.append({int(s): random_text(rng, 0, 9) + rng.choice(["", "\n\n", " "]) for s in segs})
     order = rng.permutation(len(edits))
     return [edits[i] for i in order]
 
@@ -147,13 +180,13 @@ def _random_edits(rng: np.random.Generator, prompt, vocab: int, count: int) -> l
 def test_arbitrary_edits_equal_naive_and_reference(tiny_lm, random_item, seed):
     rng = np.random.default_rng(100 + seed)
     item = random_item(tiny_lm, 5, seed=20 + seed)
-    edits = _random_edits(rng, item.prompt, len(tiny_lm.tokenizer), count=16)
+    edits = _random_edits(rng, item.prompt, count=16)
 
     cached = AblationScorer(tiny_lm, item.prompt, item.response_ids).score(edits)
     naive = AblationScorer(tiny_lm, item.prompt, item.response_ids, reuse_prefix=False).score(edits)
     assert len(cached) == len(naive) == len(edits)
     for edit, c, v in zip(edits, cached, naive, strict=True):
-        ref = reference_logprobs(tiny_lm, apply_edit(item.prompt, edit), item.response_ids)
+        ref = reference_logprobs(tiny_lm, apply_edit(tiny_lm, item.prompt, edit), item.response_ids)
         assert c.shape == v.shape == ref.shape
         assert abs(c.mean() - v.mean()) < TOL, edit
         assert abs(c.mean() - ref.mean()) < TOL, edit
@@ -166,13 +199,13 @@ def test_repeated_calls_on_one_scorer_stay_exact(tiny_lm, random_item):
     cached = AblationScorer(tiny_lm, item.prompt, item.response_ids)
     naive = AblationScorer(tiny_lm, item.prompt, item.response_ids, reuse_prefix=False)
     batches = [
-        [{4: []}],
-        [{1: []}],
-        [{5: [7, 8, 9]}, {2: []}],
+        [{4: ""}],
+        [{1: ""}],
+        [{5: "the quick fox\n\n"}, {2: ""}],
         [{}],
-        [{6: []}, {3: [], 4: []}],
-        [{0: [11, 12]}],
-        [{5: []}],
+        [{6: ""}, {3: "", 4: ""}],
+        [{0: "answer it "}],
+        [{5: ""}],
     ]
     for edits in batches:
         for c, v in zip(cached.score(edits), naive.score(edits), strict=True):
@@ -183,10 +216,10 @@ def test_repeated_calls_on_one_scorer_stay_exact(tiny_lm, random_item):
 def test_single_token_response(tiny_lm, random_item):
     item = random_item(tiny_lm, 3, seed=40)
     response = item.response_ids[:1]
-    edits = [{1: []}, {3: []}, {2: [5, 6]}]
+    edits = [{1: ""}, {3: ""}, {2: "dog dog\n\n"}]
     cached = AblationScorer(tiny_lm, item.prompt, response).score(edits)
     for edit, c in zip(edits, cached, strict=True):
-        ref = reference_logprobs(tiny_lm, apply_edit(item.prompt, edit), response)
+        ref = reference_logprobs(tiny_lm, apply_edit(tiny_lm, item.prompt, edit), response)
         assert c.shape == (1,)
         np.testing.assert_allclose(c, ref, rtol=0, atol=1e-4)
 

@@ -136,9 +136,10 @@ def _run_jobs(lm, jobs: list[_Job], config: LoopConfig, estimator: Estimator, pr
     for job, prompt, gen in zip(jobs, prompts, gens, strict=True):
         t0 = time.perf_counter()
         ids = list(job.selection.ids)
-        if gen.token_ids:
+        response_ids = tuple(lm.encode(gen.text))  # canonical: tokenizer(text) of the response it reports
+        if response_ids:
             passages = tuple(job.case.passage(pid) for pid in ids)
-            raw = estimator.score(lm, ProbeInput(job.case.question, passages, prompt, gen.text, gen.token_ids))
+            raw = estimator.score(lm, ProbeInput(job.case.question, passages, prompt, gen.text, response_ids))
         else:  # an empty generation relies on nothing
             raw = np.zeros(len(ids))
         norm = normalize(raw)
@@ -148,7 +149,7 @@ def _run_jobs(lm, jobs: list[_Job], config: LoopConfig, estimator: Estimator, pr
             round=job.round,
             context=tuple(ids),
             response=gen.text,
-            response_tokens=len(gen.token_ids),
+            response_tokens=len(response_ids),
             scores={d: float(s) for d, s in zip(ids, raw, strict=True)},
             normalized={d: float(s) for d, s in zip(ids, norm, strict=True)},
             used=tuple(d for d, u in zip(ids, used, strict=True) if u),

@@ -38,7 +38,7 @@ class ContextCite(Estimator):
         rng = np.random.default_rng(self.seed)
         masks = rng.random((self.num_ablations, k)) < self.keep_prob
         scorer = AblationScorer(lm, item.prompt, item.response_ids)
-        outs = scorer.score([{i + 1: () for i in range(k) if not m[i]} for m in masks])
+        outs = scorer.score([{i + 1: "" for i in range(k) if not m[i]} for m in masks])
         self.last_tokens_processed = scorer.tokens_processed
         n = len(item.response_ids)
         target = np.array([logit_prob(float(o.sum())) for o in outs]) / n

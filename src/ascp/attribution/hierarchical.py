@@ -39,7 +39,7 @@ class HierarchicalLOO(Estimator):
         groups = self.groups(k)
         scorer = AblationScorer(lm, item.prompt, item.response_ids, reuse_prefix=self.reuse_prefix)
         full = scorer.full_logprobs.mean()
-        coarse = scorer.score([{i + 1: () for i in g} for g in groups])
+        coarse = scorer.score([{i + 1: "" for i in g} for g in groups])
         group_drop = np.array([full - c.mean() for c in coarse])
         scores = np.zeros(k)
         for g, drop in zip(groups, group_drop, strict=True):
@@ -47,7 +47,7 @@ class HierarchicalLOO(Estimator):
         ranked = [j for j in np.argsort(-group_drop, kind="stable") if group_drop[j] > 0 and len(groups[j]) > 1]
         refine = [i for j in ranked[: self.refine_top] for i in groups[j]]
         if refine:
-            fine = scorer.score([{i + 1: ()} for i in refine])
+            fine = scorer.score([{i + 1: ""} for i in refine])
             for i, f in zip(refine, fine, strict=True):
                 scores[i] = full - f.mean()
         self.last_tokens_processed = scorer.tokens_processed

@@ -6,16 +6,17 @@ Scored through `AblationScorer` (shared-prefix KV cache, logits only at response
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
 import numpy as np
 
 from ascp.attribution.base import Estimator, ProbeInput
+from ascp.errors import AscpError
 from ascp.lm.scoring import AblationScorer
 
-# Neutral filler for in-place replacement: its tokens are cycled to the exact token length of
-# the replaced block, so every later token keeps its position.
-NEUTRAL_TEXT = " This passage has been removed and intentionally left blank."
+# Neutral filler for in-place replacement: its words are repeated until the replaced prompt has
+# exactly the full prompt's token count, so every later token keeps its position.
+NEUTRAL_TEXT = "This passage has been removed and intentionally left blank."
+# Padding after the filler's words when the next whole word would overshoot the token count.
+_PADS = (".", ",", " -", "!", " a")
 
 
 class LeaveOneOut(Estimator):
@@ -34,28 +35,61 @@ class LeaveOneOut(Estimator):
         full = scorer.full_logprobs.mean()
         return np.array([full - a.mean() for a in ablated])
 
-    def replacement(self, lm, item: ProbeInput, index: int) -> Sequence[int]:
-        return ()
+    def replacement(self, lm, item: ProbeInput, index: int) -> str:
+        """The text that stands in for passage `index`'s block ("" deletes it)."""
+        return ""
 
 
 class Replacement(LeaveOneOut):
     """In-place replacement of a passage block by length-matched neutral text (Sec. 4.4).
 
-    The whole rendered block (identifier, title, text) is replaced by the same number of tokens
-    of `filler`, so no later token moves. With an empty filler this is exactly `loo`.
+    The whole rendered block (identifier, title, text) is replaced by words of `filler` followed
+    by the block separator, as many as make `tokenizer(text)` of the replaced prompt exactly as
+    long as the full prompt's, so no later token moves. With an empty filler this is `loo`.
     """
 
     name = "replace"
 
-    def __init__(self, filler: str | Callable[[int], Sequence[int]] = NEUTRAL_TEXT, reuse_prefix: bool = True):
+    def __init__(self, filler: str = NEUTRAL_TEXT, reuse_prefix: bool = True):
         super().__init__(reuse_prefix=reuse_prefix)
         self.filler = filler
 
-    def replacement(self, lm, item: ProbeInput, index: int) -> Sequence[int]:
-        n = len(item.prompt.segments[index + 1])
-        if callable(self.filler):
-            return list(self.filler(n))
-        unit = lm.encode(self.filler) if self.filler else []
-        if not unit:
-            return []
-        return [unit[j % len(unit)] for j in range(n)]
+    def replacement(self, lm, item: ProbeInput, index: int) -> str:
+        if not self.filler.strip():
+            return ""
+        prompt, segment = item.prompt, index + 1
+        target = prompt.num_tokens
+        words = self.filler.split()
+        block = prompt.segment_texts[segment]
+        separator = block[len(block.rstrip()):]  # the block's trailing whitespace ("\n\n")
+
+        def text(m: int, pad: str = "") -> str:
+            return " ".join(words[j % len(words)] for j in range(m)) + pad + separator
+
+        def length(candidate: str) -> int:
+            return len(lm.encode(prompt.edited_text({segment: candidate})))
+
+        lo, hi = 0, max(1, target)  # smallest word count whose prompt reaches the target length
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if length(text(mid)) >= target:
+                hi = mid
+            else:
+                lo = mid + 1
+        # Fewer whole words, then pad the missing tokens (a word can be several tokens).
+        for m in range(lo, max(-1, lo - 4), -1):
+            short = target - length(text(m))
+            if short == 0:
+                return text(m)
+            if short < 0:
+                continue
+            for pad in _PADS:
+                for r in (short, short - 1, short + 1, short - 2):
+                    candidate = text(m, pad * r)
+                    if r > 0 and length(candidate) == target:
+                        return candidate
+        raise AscpError(
+            f"replace: no neutral filler matches the {target}-token length of the prompt without passage "
+            f"{item.passages[index].id!r} under model {getattr(lm, 'name', '?')!r}'s tokenizer; use --estimator loo "
+            "or another filler."
+        )

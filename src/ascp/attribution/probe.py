@@ -2,8 +2,9 @@
 
 Fixed target: the request carries the response; it is tokenised and scored as given.
 Free protocol: `response` is None; the model first samples it (batched across requests, one
-seed per request derived from the run seed and the request id), then the generated token ids
-themselves (without the end-of-turn token) are scored.
+seed per request derived from the run seed and the request id), then the response text it
+decoded is scored as `tokenizer(text)` (canonical, like every prompt; almost always the sampled
+ids themselves, without the end-of-turn token).
 """
 
 from __future__ import annotations
@@ -53,12 +54,14 @@ def prepare_inputs(
             [derive_seed(config.seed, requests[i].id) for i in todo], config.batch_size, on_batch=progress,
         )
         for i, g in zip(todo, gens, strict=True):
-            if not g.token_ids:
+            ids = tuple(lm.encode(g.text))  # canonical: tokenizer(text) of the response it reports
+            if not ids:
                 raise AscpError(
                     f"request {requests[i].id!r}: the model generated an empty response; "
                     "try another seed or give the response."
                 )
-            responses[i] = (g.text, g.token_ids)
+            lm.check_fits(f"request {requests[i].id!r}", prompts[i].num_tokens, len(ids))
+            responses[i] = (g.text, ids)
     return [
         ProbeInput(r.question, r.passages, p, resp[0], resp[1])
         for r, p, resp in zip(requests, prompts, responses, strict=True)

@@ -1,21 +1,32 @@
-"""A prompt tokenised segment by segment, so that any passage block can be dropped or replaced."""
+"""A prompt as text segments plus the ids of the whole text, so any passage block can be edited.
+
+Canonical tokenization: every prompt ascp feeds a model, the full one and each ablated or
+replaced variant, is the chat-templated text tokenized as a whole (`tokenizer(text)`, no special
+tokens added), exactly what a user's own stack feeds for that text. Segments are kept as text
+only: tokenizing them one by one and concatenating the ids is not the same (with byte-level BPE a
+block ending in "\\n\\n" before "[" is one token on its own but two inside the text).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import accumulate
+
+# Segment index -> replacement text; "" deletes the segment.
+Edit = Mapping[int, str]
 
 
 @dataclass(frozen=True)
 class EncodedPrompt:
-    """Token ids and text of a prompt, kept per segment: [prefix, passage_1..passage_k, tail].
+    """A prompt's text, kept per segment [prefix, passage_1..passage_k, tail], and its token ids.
 
-    `text` is exactly the concatenation of `segment_texts`; the ids are the concatenation of each
-    segment tokenised on its own (no special tokens added), which is what every pass scores.
+    `text` is exactly the concatenation of `segment_texts`; `ids` is `tokenizer(text)` of that
+    whole text, the ids every pass scores.
     """
 
     segment_texts: tuple[str, ...]
-    segments: tuple[tuple[int, ...], ...]
+    ids: tuple[int, ...]
     passage_ids: tuple[str, ...]
 
     @property
@@ -23,22 +34,23 @@ class EncodedPrompt:
         return "".join(self.segment_texts)
 
     @property
-    def ids(self) -> list[int]:
-        return [t for seg in self.segments for t in seg]
-
-    @property
     def num_tokens(self) -> int:
-        return sum(len(s) for s in self.segments)
+        return len(self.ids)
 
-    @property
-    def token_starts(self) -> list[int]:
-        """Token offset at which each segment starts (one entry per segment)."""
-        return [0, *accumulate(len(s) for s in self.segments)][:-1]
+    def edited_text(self, edit: Edit) -> str:
+        """The prompt text with the segments named in `edit` replaced (or deleted, by "")."""
+        return "".join(edit.get(i, seg) for i, seg in enumerate(self.segment_texts))
 
     def passage_char_spans(self) -> dict[str, tuple[int, int]]:
         """Character span [start, end) of each passage block inside `text`."""
         starts = [0, *accumulate(len(s) for s in self.segment_texts)]
         return {pid: (starts[i + 1], starts[i + 2]) for i, pid in enumerate(self.passage_ids)}
 
-    def passage_token_counts(self) -> list[int]:
-        return [len(s) for s in self.segments[1:-1]]
+
+def common_prefix(a, b) -> int:
+    """Length of the longest common prefix of two id sequences."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

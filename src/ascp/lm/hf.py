@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,18 +53,43 @@ class HFLanguageModel:
         template: PromptTemplate | None = None,
         earlier_outputs: Sequence[str] = (),
     ) -> EncodedPrompt:
-        """Chat-templated prompt as segments: [head + instruction, block_1..block_k, question + tail]."""
+        """The chat-templated prompt as text segments [head + instruction, block_1..block_k,
+        question + tail] and `tokenizer(text)` of the whole text."""
         template = template or PromptTemplate()
-        texts = [
+        texts = (
             self._head + template.instruction_text(),
             *(template.passage_block(p) for p in passages),
             template.question_text(question, earlier_outputs) + self._tail,
-        ]
-        return EncodedPrompt(
-            segment_texts=tuple(texts),
-            segments=tuple(tuple(self.encode(t)) for t in texts),
-            passage_ids=tuple(p.id for p in passages),
         )
+        prompt = EncodedPrompt(segment_texts=texts, ids=(), passage_ids=tuple(p.id for p in passages))
+        ids = self._encode_mapped(prompt.text, prompt.passage_char_spans())
+        return EncodedPrompt(segment_texts=texts, ids=ids, passage_ids=prompt.passage_ids)
+
+    def _encode_mapped(self, text: str, spans: dict[str, tuple[int, int]]) -> tuple[int, ...]:
+        """`tokenizer(text)`, refusing a tokenizer whose tokens cannot be mapped back to the text:
+        one that gives no character offsets, or normalises some passage's characters away."""
+        try:
+            enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        except (NotImplementedError, TypeError, ValueError) as exc:
+            raise AscpError(
+                f"model {self.name!r}: its tokenizer gives no character offsets ({exc}), so the tokens ascp "
+                "scores cannot be mapped to the prompt's passages; load the model with a fast tokenizer "
+                "(tokenizer.json)."
+            ) from None
+        starts = [a for a, b in enc["offset_mapping"] if b > a]
+        if any(b < a for a, b in zip(starts, starts[1:], strict=False)) or (starts and starts[-1] >= len(text)):
+            raise AscpError(
+                f"model {self.name!r}: its tokenizer's character offsets do not follow the prompt text, so the "
+                "tokens ascp scores cannot be mapped to the prompt's passages; use another tokenizer."
+            )
+        for pid, (lo, hi) in spans.items():
+            first = bisect.bisect_left(starts, lo)
+            if first == len(starts) or starts[first] >= hi:
+                raise AscpError(
+                    f"model {self.name!r}: no token of its tokenizer maps to the characters of passage {pid!r} "
+                    "(it normalises them away), so that passage could not be attributed; use another tokenizer."
+                )
+        return tuple(enc["input_ids"])
 
     # ----- model facts ----------------------------------------------------------------------
     @property

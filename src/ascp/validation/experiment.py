@@ -191,10 +191,11 @@ class _Runner:
             todo = [(pool, prompt, g) for (pool, prompt), g in zip(ok, gens, strict=True)]
         out = []
         for pool, prompt, g in todo:
-            if not g.token_ids:
+            ids = tuple(lm.encode(g.text))  # canonical: tokenizer(text) of the response it reports
+            if not ids:
                 self.skip(pool, protocol, "the model generated an empty response", "empty response")
-            elif protocol == "free" or self.fits(pool, protocol, prompt.num_tokens, len(g.token_ids)):
-                out.append((pool, ProbeInput(pool.question, pool.context(), prompt, g.text, g.token_ids)))
+            elif protocol == "free" or self.fits(pool, protocol, prompt.num_tokens, len(ids)):
+                out.append((pool, ProbeInput(pool.question, pool.context(), prompt, g.text, ids)))
         return out
 
     def score(self, protocol: str, pool: ControlledPool, item: ProbeInput) -> None:
