@@ -311,8 +311,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     methods: dict[str, Callable[[Any], np.ndarray]] = {}
     naive_est, loo_est = LeaveOneOut(reuse_prefix=False), LeaveOneOut()
-    methods["naive"] = lambda item: naive_est.score(lm, item)
-    methods["loo"] = lambda item: loo_est.score(lm, item)
+    own_tokens: dict[str, int] = {}
+
+    def ascp_runner(name: str, est: Any) -> Callable[[Any], np.ndarray]:
+        def run(item: Any) -> np.ndarray:
+            out = est.score(lm, item)
+            own_tokens[name] = out.tokens_processed  # ascp counts its own tokens
+            return out.values
+
+        return run
+
+    methods["naive"] = ascp_runner("naive", naive_est)
+    methods["loo"] = ascp_runner("loo", loo_est)
     peer_versions = ""
     if not args.skip_peers:
         from importlib.metadata import version
@@ -371,8 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 seconds = time.perf_counter() - start
                 st = stats.setdefault((name, k), MethodStats())
                 st.seconds.append(seconds)
-                own = {"naive": naive_est, "loo": loo_est}.get(name)  # ascp counts its own tokens
-                st.tokens.append(own.last_tokens_processed if own is not None else counter.tokens)
+                st.tokens.append(own_tokens.get(name, counter.tokens))
                 if name == "naive":
                     reference = scores
                 elif name != "contextcite" and reference is not None:

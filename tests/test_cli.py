@@ -117,7 +117,7 @@ def test_cli_scores_match_the_in_process_probe(good_run, tiny_lm, make_item):
             continue
         passages = [Passage(id=p["id"], text=p["text"], title=p.get("title", "")) for p in request["passages"]]
         item = make_item(tiny_lm, request["question"], passages, request["response"])
-        expected = LeaveOneOut().score(tiny_lm, item)
+        expected = LeaveOneOut().score(tiny_lm, item).values
         assert row["prompt"] == item.prompt.text
         assert row["response_tokens"] == len(item.response_ids)
         np.testing.assert_allclose(list(row["scores"].values()), expected, rtol=0, atol=1e-5)

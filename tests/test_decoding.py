@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ascp.attribution.base import Estimator
+from ascp.attribution.base import Estimator, Scores
 from ascp.decoding import (
     SteerConfig,
     _steer_mix,
@@ -336,7 +336,7 @@ class FirstPassageEstimator(Estimator):
     uses_model = False
 
     def score(self, lm, item):
-        return np.array([1.0] + [0.0] * (len(item.passages) - 1))
+        return Scores(np.array([1.0] + [0.0] * (len(item.passages) - 1)))
 
 
 LOOP_SAMPLING = SamplingConfig(max_new_tokens=6)
@@ -378,7 +378,7 @@ def test_loop_steers_from_round_2_with_the_earlier_used_passages(tiny_lm, policy
 def test_loop_steering_when_O_covers_the_whole_context(tiny_lm):
     class AllUsed(FirstPassageEstimator):
         def score(self, lm, item):
-            return np.ones(len(item.passages))
+            return Scores(np.ones(len(item.passages)))
 
     config = LoopConfig(policy="vanilla", k=2, T=2, sampling=LOOP_SAMPLING, seed=2, steer=SteerConfig(),
                         threshold=0.5)

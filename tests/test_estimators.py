@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from ascp.attribution import ESTIMATOR_NAMES, free_threshold, make_estimator, normalize, used_mask
+from ascp.attribution.ablation import Ablations
 from ascp.attribution.base import ProbeInput
 from ascp.attribution.contextcite import ContextCite, logit_prob
 from ascp.attribution.hierarchical import HierarchicalLOO
@@ -18,7 +19,6 @@ from ascp.attribution.loo import NEUTRAL_TEXT, LeaveOneOut, Replacement
 from ascp.embed import embedded_minilm_dir
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
-from ascp.lm.scoring import AblationScorer
 from ascp.types import Passage
 
 
@@ -35,8 +35,8 @@ def forward_mean_logprob(lm, prompt_ids, response_ids) -> float:
 @pytest.mark.parametrize("k", [1, 4, 7])
 def test_hierarchical_with_singleton_groups_equals_loo(tiny_lm, random_item, k):
     item = random_item(tiny_lm, k, seed=50 + k)
-    hier = HierarchicalLOO(group_size=1).score(tiny_lm, item)
-    loo = LeaveOneOut().score(tiny_lm, item)
+    hier = HierarchicalLOO(group_size=1).score(tiny_lm, item).values
+    loo = LeaveOneOut().score(tiny_lm, item).values
     np.testing.assert_array_equal(hier, loo)
 
 
@@ -55,15 +55,15 @@ def test_hierarchical_default_refines_the_top_groups(tiny_lm, random_item):
     k = 9  # three groups of three; the top two groups with a positive drop are refined
     item = random_item(tiny_lm, k, seed=60)
     est = HierarchicalLOO()
-    scores = est.score(tiny_lm, item)
+    scores = est.score(tiny_lm, item).values
     assert scores.shape == (k,) and np.all(np.isfinite(scores))
 
     # Expected values from independent naive passes.
-    naive = AblationScorer(tiny_lm, item.prompt, item.response_ids, reuse_prefix=False)
+    naive = Ablations(tiny_lm, item.prompt, item.response_ids, reuse_prefix=False)
     full = naive.full_logprobs.mean()
     groups = est.groups(k)
     drops = [full - o.mean() for o in naive.score([{i + 1: "" for i in g} for g in groups])]
-    loo = LeaveOneOut(reuse_prefix=False).score(tiny_lm, item)
+    loo = LeaveOneOut(reuse_prefix=False).score(tiny_lm, item).values
     ranked = [j for j in np.argsort(-np.array(drops), kind="stable") if drops[j] > 0]
     refined = set(ranked[:2])
     assert refined, "test precondition: at least one group must have a positive drop"
@@ -81,7 +81,8 @@ def test_hierarchical_default_refines_the_top_groups(tiny_lm, random_item):
 # ----- replacement ----------------------------------------------------------------------------
 def test_replace_with_empty_filler_equals_loo(tiny_lm, random_item):
     item = random_item(tiny_lm, 5, seed=70)
-    np.testing.assert_array_equal(Replacement(filler="").score(tiny_lm, item), LeaveOneOut().score(tiny_lm, item))
+    np.testing.assert_array_equal(Replacement(filler="").score(tiny_lm, item).values,
+                                  LeaveOneOut().score(tiny_lm, item).values)
 
 
 def replaced_prompt_ids(lm, item, index: int, filler: str) -> list[int]:
@@ -104,8 +105,8 @@ def test_replace_default_filler_keeps_token_length(tiny_lm, random_item):
         # No later token moves: the replaced prompt, tokenized as a whole, is as long as the full one.
         assert len(replaced_prompt_ids(tiny_lm, item, i, filler)) == item.prompt.num_tokens
 
-    scores = est.score(tiny_lm, item)
-    loo = LeaveOneOut().score(tiny_lm, item)
+    scores = est.score(tiny_lm, item).values
+    loo = LeaveOneOut().score(tiny_lm, item).values
     assert scores.shape == (4,) and np.all(np.isfinite(scores))
     assert not np.allclose(scores, loo, atol=1e-4)
     # Each score equals an independent full pass on the prompt with that block replaced in place.
@@ -128,9 +129,9 @@ def test_replace_with_another_filler(tiny_lm, random_item):
 # ----- ContextCite ----------------------------------------------------------------------------
 def test_contextcite_is_deterministic_under_a_seed(tiny_lm, random_item):
     item = random_item(tiny_lm, 5, seed=80)
-    a = ContextCite(num_ablations=32, seed=1).score(tiny_lm, item)
-    b = ContextCite(num_ablations=32, seed=1).score(tiny_lm, item)
-    c = ContextCite(num_ablations=32, seed=2).score(tiny_lm, item)
+    a = ContextCite(num_ablations=32, seed=1).score(tiny_lm, item).values
+    b = ContextCite(num_ablations=32, seed=1).score(tiny_lm, item).values
+    c = ContextCite(num_ablations=32, seed=2).score(tiny_lm, item).values
     assert a.shape == (5,) and np.all(np.isfinite(a))
     np.testing.assert_array_equal(a, b)
     assert not np.allclose(a, c)
@@ -172,6 +173,11 @@ class KeywordLM:
     def encode(text: str) -> list[int]:
         return [int(w) for w in text.split()]
 
+    def score(self, prompts, response, reuse_prefix=True):
+        from ascp.lm.scoring import score_prompts
+
+        return score_prompts(self, prompts, response, reuse_prefix=False)
+
 
 def keyword_case(key_passage: int, k: int = 6):
     rng = np.random.default_rng(key_passage)
@@ -197,11 +203,11 @@ def keyword_case(key_passage: int, k: int = 6):
 @pytest.mark.parametrize("key_passage", [0, 3, 5])
 def test_contextcite_and_loo_recover_the_used_passage(key_passage):
     lm, item = keyword_case(key_passage)
-    loo = LeaveOneOut().score(lm, item)
+    loo = LeaveOneOut().score(lm, item).values
     assert loo[key_passage] > 1.0
     np.testing.assert_allclose(np.delete(loo, key_passage), 0.0, atol=1e-12)
 
-    cc = ContextCite(num_ablations=64, seed=0).score(lm, item)
+    cc = ContextCite(num_ablations=64, seed=0).score(lm, item).values
     assert np.all(np.isfinite(cc))
     assert int(np.argmax(cc)) == key_passage
     assert cc[key_passage] > 0.5
@@ -262,7 +268,7 @@ def proxy_item() -> ProbeInput:
 
 
 def test_bm25_ranks_the_passage_sharing_question_words_first():
-    scores = make_estimator("bm25").score(None, proxy_item())
+    scores = make_estimator("bm25").score(None, proxy_item()).values
     assert scores.shape == (3,) and np.all(np.isfinite(scores))
     assert int(np.argmax(scores)) == 1
     assert scores[1] > 0
@@ -274,7 +280,7 @@ def test_bm25_ranks_the_passage_sharing_question_words_first():
 def test_cosine_proxies(name):
     est = make_estimator(name)
     assert not est.uses_model
-    scores = est.score(None, proxy_item())
+    scores = est.score(None, proxy_item()).values
     assert scores.shape == (3,)
     assert np.all(scores >= -1.0 - 1e-6) and np.all(scores <= 1.0 + 1e-6)
     assert scores[1] > scores[0] and scores[1] > scores[2]

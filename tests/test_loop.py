@@ -98,7 +98,7 @@ def test_probe_scores_in_the_loop_equal_the_standalone_probe(lm):
     assert gen.text == r.response
     response_ids = tuple(lm.tokenizer(gen.text, add_special_tokens=False)["input_ids"])  # the text, tokenized
     raw = LeaveOneOut(reuse_prefix=False).score(lm, ProbeInput(case.question, tuple(passages), prompt, gen.text,
-                                                               response_ids))
+                                                               response_ids)).values
     assert np.allclose([r.scores[p.id] for p in passages], raw, atol=1e-5)
 
 

@@ -49,7 +49,8 @@ def canberra(real_lm, demo_requests):
     assert request.response is not None
     (item,) = prepare_inputs(real_lm, [request], ProbeConfig())
     cached, naive = LeaveOneOut(), LeaveOneOut(reuse_prefix=False)
-    return request, item, cached.score(real_lm, item), naive.score(real_lm, item), cached, naive
+    cached_out, naive_out = cached.score(real_lm, item), naive.score(real_lm, item)
+    return request, item, cached_out.values, naive_out.values, cached_out, naive_out
 
 
 def test_cached_loo_equals_naive_loo(real_lm, canberra):
@@ -59,8 +60,8 @@ def test_cached_loo_equals_naive_loo(real_lm, canberra):
     assert real_lm.supports_prefix_cache
     assert cached_scores.shape == (3,)
     np.testing.assert_allclose(cached_scores, naive_scores, rtol=0, atol=1e-4)
-    assert cached.last_tokens_processed == exact_loo_floor_tokens(real_lm, item.prompt, len(item.response_ids))
-    assert cached.last_tokens_processed < naive.last_tokens_processed
+    assert cached.tokens_processed == exact_loo_floor_tokens(real_lm, item.prompt, len(item.response_ids))
+    assert cached.tokens_processed < naive.tokens_processed
 
 
 def test_canberra_passage_carries_the_answer(canberra):
@@ -96,7 +97,7 @@ def test_contextcite_agrees_on_the_canberra_passage(real_lm, canberra):
     from ascp.attribution.contextcite import ContextCite
 
     request, item, _, _, _, _ = canberra
-    scores = ContextCite(num_ablations=32, seed=0).score(real_lm, item)
+    scores = ContextCite(num_ablations=32, seed=0).score(real_lm, item).values
     ids = [p.id for p in request.passages]
     assert np.all(np.isfinite(scores))
     assert ids[int(np.argmax(scores))] == "canberra"

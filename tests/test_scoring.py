@@ -14,8 +14,9 @@ import pytest
 import torch
 from conftest import random_text
 
+from ascp.attribution.ablation import Ablations
 from ascp.attribution.loo import LeaveOneOut
-from ascp.lm.scoring import AblationScorer, exact_loo_floor_tokens
+from ascp.lm.scoring import exact_loo_floor_tokens
 
 TOL = 1e-5  # nats per response token (float32 model, float64 log-softmax)
 
@@ -78,8 +79,8 @@ def test_tiny_model_supports_the_prefix_cache(tiny_lm):
 def test_cached_loo_equals_naive_and_reference(tiny_lm, random_item, k, seed):
     item = random_item(tiny_lm, k, seed)
     cached_est, naive_est = LeaveOneOut(), LeaveOneOut(reuse_prefix=False)
-    cached = cached_est.score(tiny_lm, item)
-    naive = naive_est.score(tiny_lm, item)
+    cached = cached_est.score(tiny_lm, item).values
+    naive = naive_est.score(tiny_lm, item).values
     reference = reference_loo(tiny_lm, item)
 
     assert cached.shape == naive.shape == (k,)
@@ -95,16 +96,16 @@ def test_cached_loo_feeds_exactly_the_floor(tiny_lm, random_item, k):
     item = random_item(tiny_lm, k, seed=10 + k)
     n = len(item.response_ids)
     cached_est, naive_est = LeaveOneOut(), LeaveOneOut(reuse_prefix=False)
-    cached_est.score(tiny_lm, item)
-    naive_est.score(tiny_lm, item)
+    cached = cached_est.score(tiny_lm, item)
+    naive = naive_est.score(tiny_lm, item)
 
     floor = exact_loo_floor_tokens(tiny_lm, item.prompt, n)
-    assert cached_est.last_tokens_processed == floor
+    assert cached.tokens_processed == floor
     # Naive: one full pass plus one pass per ablated prompt, the last response token never fed.
     ablated = [apply_edit(tiny_lm, item.prompt, {i + 1: ""}) for i in range(k)]
     N = item.prompt.num_tokens
-    assert naive_est.last_tokens_processed == (N + n - 1) + sum(len(a) + n - 1 for a in ablated)
-    assert cached_est.last_tokens_processed < naive_est.last_tokens_processed
+    assert naive.tokens_processed == (N + n - 1) + sum(len(a) + n - 1 for a in ablated)
+    assert cached.tokens_processed < naive.tokens_processed
 
 
 def common_prefix_length(a, b) -> int:
@@ -131,25 +132,25 @@ def test_full_logprobs_match_reference(tiny_lm, random_item):
     item = random_item(tiny_lm, 4, seed=5)
     ref = reference_logprobs(tiny_lm, item.prompt.ids, item.response_ids)
     for reuse in (True, False):
-        scorer = AblationScorer(tiny_lm, item.prompt, item.response_ids, reuse_prefix=reuse)
+        scorer = Ablations(tiny_lm, item.prompt, item.response_ids, reuse_prefix=reuse)
         assert scorer.full_logprobs.shape == (len(item.response_ids),)
         np.testing.assert_allclose(scorer.full_logprobs, ref, rtol=0, atol=1e-4)
-        assert scorer.full_logprob == pytest.approx(ref.sum(), abs=1e-3)
+        assert scorer.full_logprobs.sum() == pytest.approx(ref.sum(), abs=1e-3)
 
 
 def test_empty_edit_returns_full_logprobs(tiny_lm, random_item):
     item = random_item(tiny_lm, 3, seed=6)
-    scorer = AblationScorer(tiny_lm, item.prompt, item.response_ids)
-    before = scorer.tokens_processed
+    scorer = Ablations(tiny_lm, item.prompt, item.response_ids)
     out = scorer.score([{}, {2: ""}, {}])
     np.testing.assert_array_equal(out[0], scorer.full_logprobs)
     np.testing.assert_array_equal(out[2], scorer.full_logprobs)
     assert not np.allclose(out[1], scorer.full_logprobs)  # the deletion really changed something
-    # The empty edits cost nothing; the deletion of block 2 re-feeds only what follows the
-    # common prefix of the two prompts.
+    # The full pass, then nothing for the empty edits; the deletion of block 2 re-feeds only
+    # what follows the common prefix of the two prompts.
     full, ablated = list(item.prompt.ids), apply_edit(tiny_lm, item.prompt, {2: ""})
     fed = len(ablated) - common_prefix_length(full, ablated)
-    assert scorer.tokens_processed - before == fed + len(item.response_ids) - 1
+    n = len(item.response_ids)
+    assert scorer.tokens_processed == (len(full) + n - 1) + fed + n - 1
 
 
 def _random_edits(rng: np.random.Generator, prompt, count: int) -> list[dict[int, str]]:
@@ -182,8 +183,8 @@ def test_arbitrary_edits_equal_naive_and_reference(tiny_lm, random_item, seed):
     item = random_item(tiny_lm, 5, seed=20 + seed)
     edits = _random_edits(rng, item.prompt, count=16)
 
-    cached = AblationScorer(tiny_lm, item.prompt, item.response_ids).score(edits)
-    naive = AblationScorer(tiny_lm, item.prompt, item.response_ids, reuse_prefix=False).score(edits)
+    cached = Ablations(tiny_lm, item.prompt, item.response_ids).score(edits)
+    naive = Ablations(tiny_lm, item.prompt, item.response_ids, reuse_prefix=False).score(edits)
     assert len(cached) == len(naive) == len(edits)
     for edit, c, v in zip(edits, cached, naive, strict=True):
         ref = reference_logprobs(tiny_lm, apply_edit(tiny_lm, item.prompt, edit), item.response_ids)
@@ -196,8 +197,8 @@ def test_arbitrary_edits_equal_naive_and_reference(tiny_lm, random_item, seed):
 def test_repeated_calls_on_one_scorer_stay_exact(tiny_lm, random_item):
     # The cache state carried between calls (cropped, extended, overwritten) must never leak.
     item = random_item(tiny_lm, 5, seed=30)
-    cached = AblationScorer(tiny_lm, item.prompt, item.response_ids)
-    naive = AblationScorer(tiny_lm, item.prompt, item.response_ids, reuse_prefix=False)
+    cached = Ablations(tiny_lm, item.prompt, item.response_ids)
+    naive = Ablations(tiny_lm, item.prompt, item.response_ids, reuse_prefix=False)
     batches = [
         [{4: ""}],
         [{1: ""}],
@@ -217,7 +218,7 @@ def test_single_token_response(tiny_lm, random_item):
     item = random_item(tiny_lm, 3, seed=40)
     response = item.response_ids[:1]
     edits = [{1: ""}, {3: ""}, {2: "dog dog\n\n"}]
-    cached = AblationScorer(tiny_lm, item.prompt, response).score(edits)
+    cached = Ablations(tiny_lm, item.prompt, response).score(edits)
     for edit, c in zip(edits, cached, strict=True):
         ref = reference_logprobs(tiny_lm, apply_edit(tiny_lm, item.prompt, edit), response)
         assert c.shape == (1,)
@@ -227,4 +228,4 @@ def test_single_token_response(tiny_lm, random_item):
 def test_empty_response_is_rejected(tiny_lm, random_item):
     item = random_item(tiny_lm, 2, seed=41)
     with pytest.raises(ValueError):
-        AblationScorer(tiny_lm, item.prompt, ())
+        Ablations(tiny_lm, item.prompt, ())

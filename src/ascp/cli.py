@@ -72,38 +72,27 @@ def run_attribution(
     max_new_tokens: int, temperature: float, top_p: float, threshold: float | None,
     instruction: str, device: str, show: bool,
 ) -> None:
-    from ascp.attribution import make_estimator
-    from ascp.attribution.probe import ProbeConfig, attribute_one, prepare_inputs
+    from ascp.api import Probe, load_model
     from ascp.jsonio import write_jsonl
     from ascp.lm.generation import SamplingConfig
-    from ascp.prompts import PromptTemplate
     from ascp.requests import load_requests
 
-    # Everything that can be checked without the model is checked first.
-    options = {"seed": seed} if estimator_name == "contextcite" else {}
-    estimator = make_estimator(estimator_name, **options)
+    # Everything that can be checked without the model is checked first (Probe's settings too,
+    # with a stand-in for the model).
+    sampling = SamplingConfig(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
+    settings = dict(seed=seed, threshold=threshold, instruction=instruction, sampling=sampling)
+    Probe(None, estimator_name, **settings)
     requests = load_requests(input_path)
     if out_path is not None and not out_path.parent.exists():
         raise AscpError(f"output folder {out_path.parent} does not exist; create it first.")
-    config = ProbeConfig(
-        template=PromptTemplate.named(instruction),
-        sampling=SamplingConfig(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens),
-        seed=seed,
-        threshold=threshold,
-    )
-    from ascp.lm.resolve import load_language_model
-
     with err.status(f"loading model {model!r}"):
-        lm = load_language_model(model, device=device)
+        probe = Probe(load_model(model, device=device), estimator_name, **settings)
     with _progress() as bar:
         free = sum(r.response is None for r in requests)
         gen_task = bar.add_task("generating responses", total=free) if free else None
-        items = prepare_inputs(lm, requests, config, progress=lambda n: bar.advance(gen_task, n))
-        task = bar.add_task(f"probing ({estimator.name})", total=len(requests))
-        results = []
-        for request, item in zip(requests, items, strict=True):
-            results.append(attribute_one(lm, estimator, request, item, config))
-            bar.advance(task)
+        task = bar.add_task(f"probing ({probe.estimator.name})", total=len(requests))
+        results = probe.attribute_many(requests, on_generated=lambda n: bar.advance(gen_task, n),
+                                       on_scored=lambda n: bar.advance(task, n))
     if out_path is not None:
         write_jsonl(out_path, (r.to_json() for r in results))
         err.print(f"wrote {len(results)} results to {out_path}")
@@ -165,28 +154,26 @@ def execute_run(
     cases, policy: str, k: int, T: int, model: str, estimator: str, seed: int, max_new_tokens: int,
     device: str, lm=None, steer=None,
 ):
-    """Run one policy over loaded cases with a progress bar; returns (portfolios, case rows, lm, config).
+    """Run one policy over loaded cases with a progress bar; returns (portfolios, case rows, lm).
 
     `steer`: a `SteerConfig` for attribution-steered decoding from round 2 on, or None.
     """
-    from ascp.embed import embed
-    from ascp.lm.generation import SamplingConfig
-    from ascp.lm.resolve import load_language_model
-    from ascp.loop import LoopConfig
-    from ascp.runner import run_policy
+    from ascp.api import load_model, run_portfolios
 
     for case in cases:
         if len(case.pool) < k:
             raise AscpError(f"case {case.id!r}: its pool has {len(case.pool)} passages, fewer than k={k}.")
-    config = LoopConfig(policy=policy, k=k, T=T, estimator=estimator, seed=seed,
-                        sampling=SamplingConfig(max_new_tokens=max_new_tokens), steer=steer)
     if lm is None:
         with err.status(f"loading model {model!r}"):
-            lm = load_language_model(model, device=device)
+            lm = load_model(model, device=device)
     with _progress() as bar:
         task = bar.add_task(f"{policy} k={k} T={T}", total=len(cases) * T)
-        portfolios, rows = run_policy(lm, cases, config, embed, progress=lambda n: bar.advance(task, n))
-    return portfolios, rows, lm, config
+        portfolios = run_portfolios(cases, policy=policy, k=k, T=T, model=lm, estimator=estimator, seed=seed,
+                                    max_new_tokens=max_new_tokens, steer=steer,
+                                    progress=lambda n: bar.advance(task, n))
+    rows = [{"case_id": p.case_id, "policy": p.policy, "pool": [d.id for d in case.pool], **p.metrics}
+            for case, p in zip(cases, portfolios, strict=True)]
+    return portfolios, rows, lm
 
 
 @app.command()
@@ -216,6 +203,8 @@ def run(
                                            "term (off: APC only).")] = True,
     apc: Annotated[bool, typer.Option("--apc/--no-apc", help="With --steer: the adaptive plausibility "
                                       "constraint (off: contrast only).")] = True,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the results of an earlier run in "
+                                            "--out.")] = False,
 ) -> None:
     """Run T rounds of one scheduling policy on every case and write the portfolio with its metrics."""
     with user_errors():
@@ -231,13 +220,14 @@ def run(
             raise AscpError("--alpha, --eta, --no-contrast and --no-apc only apply with --steer; add --steer.")
         steer_config = SteerConfig(alpha=0.5 if alpha is None else alpha, eta=0.1 if eta is None else eta,
                                    contrast=contrast, apc=apc) if steer else None
-        check_out_dir(out_dir)
+        check_out_dir(out_dir, overwrite=overwrite)
         cases = load_cases(data, format=format, rank_by=rank_by, limit=limit)
-        portfolios, rows, _, config = execute_run(cases, policy, k, T, model, estimator, seed, max_new_tokens, device,
-                                                  steer=steer_config)
+        portfolios, rows, _ = execute_run(cases, policy, k, T, model, estimator, seed, max_new_tokens, device,
+                                          steer=steer_config)
+        from ascp.lm.generation import SamplingConfig
         run_config = {"data": str(data), "format": format, "rank_by": rank_by, "policy": policy, "k": k, "T": T,
                       "model": model, "estimator": estimator, "seed": seed, "limit": limit,
-                      "sampling": config.sampling.__dict__,
+                      "sampling": SamplingConfig(max_new_tokens=max_new_tokens).__dict__,
                       "steer": steer_config.to_json() if steer_config else None}
         summary = write_run(out_dir, cases, portfolios, rows, run_config)
         out.print(summary_table({policy: summary["mean"]}, title=f"{data.name}: {len(rows)} cases, k={k}, T={T}"))
@@ -263,7 +253,7 @@ def demo(
                   f"k={k}, T={T}, model {model!r}, causal LOO probe\n")
         lm, means = None, {}
         for policy in ("ascp", "rotate", "vanilla"):
-            portfolios, rows, lm, _ = execute_run(cases, policy, k, T, model, "loo", seed, 48, "auto", lm=lm)
+            portfolios, rows, lm = execute_run(cases, policy, k, T, model, "loo", seed, 48, "auto", lm=lm)
             for case, portfolio, row in zip(cases, portfolios, rows, strict=True):
                 out.print(portfolio_panel(case, portfolio, row))
             means[policy] = summarize(rows)
@@ -560,6 +550,38 @@ def reproduce_command(
             raise typer.Exit(130) from None
         err.print(f"{result.done}/{result.total} units; report: {report.out}/index.html (tables: "
                   f"{', '.join(report.tables)})", markup=False, highlight=False)
+
+
+def _params_table(title: str, entries: list[tuple[str, list[tuple[str, str, str, str]]]]):
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for column in ("name", "option", "type", "default", "meaning"):
+        table.add_column(column)
+    for name, params in entries:
+        if not params:
+            table.add_row(name, "", "", "", "(no options)")
+        for i, (option, kind, default, meaning) in enumerate(params):
+            table.add_row(name if i == 0 else "", option, kind, default, meaning)
+    return table
+
+
+@app.command("policies")
+def policies() -> None:
+    """List the scheduling policies with their options (use as `--policy 'name(option=value,...)'`)."""
+    from ascp.params import describe
+    from ascp.schedulers import SCHEDULER_NAMES, scheduler_params
+
+    out.print(_params_table("policies", [(n, describe(scheduler_params(n))) for n in SCHEDULER_NAMES]))
+
+
+@app.command("estimators")
+def estimators() -> None:
+    """List the attribution estimators with their options."""
+    from ascp.attribution import ESTIMATOR_NAMES, estimator_params
+    from ascp.params import describe
+
+    out.print(_params_table("estimators", [(n, describe(estimator_params(n))) for n in ESTIMATOR_NAMES]))
 
 
 def main() -> None:

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
-from ascp.lm.generation import Generation, LogitMix, SamplingConfig, generate, generate_streams
+from ascp.lm.generation import Generation, LogitMix, SamplingConfig
+from ascp.lm.protocol import model_name
 from ascp.prompts import PromptTemplate
 from ascp.types import Passage
 
@@ -189,10 +190,15 @@ def generate_steered(
     steered = [isinstance(item, SteerStreams) for item in items]
     full = [item.full.ids if isinstance(item, SteerStreams) else item.ids for item in items]
     if not any(steered) or (steer.is_identity and not force_streams):
-        return generate(lm, full, sampling, seeds, batch_size, on_batch)
+        return lm.generate(full, sampling, seeds, batch_size, on_batch)
     streams = steer.runs_contrast or force_streams
     rows = [
         (item.full.ids, item.without.ids, item.only.ids) if streams and isinstance(item, SteerStreams) else (ids,)
         for item, ids in zip(items, full, strict=True)
     ]
-    return generate_streams(lm, rows, sampling, seeds, batch_size, on_batch, _steer_mix(steer, steered, streams))
+    if not callable(getattr(lm, "generate_streams", None)):
+        raise AscpError(
+            f"model {model_name(lm)!r} cannot steer: its backend decodes no lockstep streams (generate_streams); "
+            "run without --steer or use a transformers model."
+        )
+    return lm.generate_streams(rows, sampling, seeds, batch_size, on_batch, _steer_mix(steer, steered, streams))

@@ -7,25 +7,25 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.table import Table
 
+from ascp.render.rows import passage_rows, score_unit
 from ascp.types import AttributionRequest, AttributionResult
 
 
 def attribution_table(request: AttributionRequest, result: AttributionResult) -> Table:
-    """One table per request: passages in context order with raw and normalised scores."""
-    unit = "nats/token" if result.estimator in {"loo", "replace", "hierarchical", "contextcite"} else "score"
+    """One table per request: passages in context order with raw and normalised scores (the rows
+    of `ascp.render`, shared with the HTML views)."""
     table = Table(
         title=f"{request.id}: {request.question}", caption=f"response: {result.response}", title_justify="left"
     )
     table.add_column("passage")
-    table.add_column("title")
-    table.add_column(f"{result.estimator} ({unit})", justify="right")
+    table.add_column("text")
+    table.add_column(f"{result.estimator} ({score_unit(result.estimator)})", justify="right")
     table.add_column("normalised", justify="right")
     table.add_column("used", justify="center")
-    for p in request.passages:
-        table.add_row(
-            p.id, p.title[:40], f"{result.scores[p.id]:+.4f}", f"{result.normalized[p.id]:.3f}",
-            "yes" if p.id in result.used else "",
-        )
+    for row in passage_rows(result):
+        snippet = " ".join(row.text.split())
+        table.add_row(row.id, snippet[:48] + ("..." if len(snippet) > 48 else ""), f"{row.score:+.4f}",
+                      f"{row.normalized:.3f}", "yes" if row.used else "")
     return table
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ascp.attribution import make_estimator
-from ascp.attribution.base import Estimator, ProbeInput, free_threshold, normalize, used_mask
+from ascp.attribution.base import Estimator, ProbeInput, read_scores
 from ascp.decoding import SteerConfig, generate_steered, overused_set, steer_prompts
 from ascp.errors import AscpError
 from ascp.lm.generation import SamplingConfig, derive_seed
@@ -139,20 +139,18 @@ def _run_jobs(lm, jobs: list[_Job], config: LoopConfig, estimator: Estimator, pr
         response_ids = tuple(lm.encode(gen.text))  # canonical: tokenizer(text) of the response it reports
         if response_ids:
             passages = tuple(job.case.passage(pid) for pid in ids)
-            raw = estimator.score(lm, ProbeInput(job.case.question, passages, prompt, gen.text, response_ids))
+            raw = estimator.score(lm, ProbeInput(job.case.question, passages, prompt, gen.text, response_ids)).values
         else:  # an empty generation relies on nothing
             raw = np.zeros(len(ids))
-        norm = normalize(raw)
-        threshold = free_threshold(len(ids)) if config.threshold is None else config.threshold
-        used = used_mask(norm, threshold)
+        reading = read_scores(ids, raw, config.threshold)
         out.append(Round(
             round=job.round,
             context=tuple(ids),
             response=gen.text,
             response_tokens=len(response_ids),
-            scores={d: float(s) for d, s in zip(ids, raw, strict=True)},
-            normalized={d: float(s) for d, s in zip(ids, norm, strict=True)},
-            used=tuple(d for d, u in zip(ids, used, strict=True) if u),
+            scores=reading.scores,
+            normalized=reading.normalized,
+            used=reading.used,
             seconds=gen_share + time.perf_counter() - t0,
             prompt_tokens=prompt.num_tokens,
             generation_seconds=gen_share,

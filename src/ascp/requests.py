@@ -25,15 +25,8 @@ def _text(where: str, obj: dict[str, Any], key: str, required: bool = True) -> s
     return value
 
 
-def parse_request(where: str, obj: dict[str, Any]) -> AttributionRequest:
-    """Validate one request object; `where` names it in error messages (e.g. 'requests.jsonl:3')."""
-    rid = obj.get("id")
-    if not isinstance(rid, (str, int)) or str(rid) == "":
-        raise AscpError(f"{where}: field 'id' must be a non-empty string.")
-    question = _text(where, obj, "question")
-    if not question.strip():
-        raise AscpError(f"{where}: the question is empty; every request needs a question.")
-    raw_passages = obj.get("passages")
+def parse_passages(where: str, raw_passages: Any) -> tuple[Passage, ...]:
+    """Validate a list of passage objects {"id", "title"?, "text"}: ids unique, texts non-empty."""
     if not isinstance(raw_passages, list) or not raw_passages:
         raise AscpError(f"{where}: the passage list is empty or missing; give at least one passage.")
     passages: list[Passage] = []
@@ -52,6 +45,18 @@ def parse_request(where: str, obj: dict[str, Any]) -> AttributionRequest:
         if not text.strip():
             raise AscpError(f"{where}: passage {pid!r} has empty text.")
         passages.append(Passage(id=pid, text=text, title=_text(where, p, "title", required=False)))
+    return tuple(passages)
+
+
+def parse_request(where: str, obj: dict[str, Any]) -> AttributionRequest:
+    """Validate one request object; `where` names it in error messages (e.g. 'requests.jsonl:3')."""
+    rid = obj.get("id")
+    if not isinstance(rid, (str, int)) or str(rid) == "":
+        raise AscpError(f"{where}: field 'id' must be a non-empty string.")
+    question = _text(where, obj, "question")
+    if not question.strip():
+        raise AscpError(f"{where}: the question is empty; every request needs a question.")
+    passages = parse_passages(where, obj.get("passages"))
     response = obj.get("response")
     if response is not None:
         if not isinstance(response, str):

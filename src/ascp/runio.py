@@ -17,35 +17,26 @@ from ascp.errors import AscpError
 from ascp.jsonio import staged_folder
 from ascp.types import Case, Portfolio
 
+RUN_FILES = ("rounds.jsonl", "cases.jsonl", "summary.json")
 
-def check_out_dir(out: Path) -> None:
-    """Fail before any work when the output folder cannot be written."""
+
+def check_out_dir(out: Path, overwrite: bool = False) -> None:
+    """Fail before any work when the output folder cannot be written, or holds an earlier run's
+    results and `overwrite` is not set (a run is never replaced silently)."""
     if out.exists() and not out.is_dir():
         raise AscpError(f"--out {out} exists and is not a folder; pass a folder path.")
+    earlier = [name for name in RUN_FILES if (out / name).exists()]
+    if earlier and not overwrite:
+        raise AscpError(f"--out {out} already holds a run ({', '.join(earlier)}); pass --overwrite to replace it "
+                        "or choose another folder.")
     parent = out.parent if str(out.parent) else Path(".")
     if not parent.exists():
         raise AscpError(f"the parent folder of --out ({parent}) does not exist; create it first.")
 
 
 def round_records(portfolio: Portfolio) -> list[dict[str, Any]]:
-    return [
-        {
-            "case_id": portfolio.case_id,
-            "round": r.round,
-            "context": list(r.context),
-            "response": r.response,
-            "response_tokens": r.response_tokens,
-            "scores": r.scores,
-            "normalized": r.normalized,
-            "used": list(r.used),
-            "steered": r.steered,
-            "overused": r.overused,
-            "seconds": round(r.seconds, 4),
-            "prompt_tokens": r.prompt_tokens,
-            "generation_seconds": round(r.generation_seconds, 4),
-        }
-        for r in portfolio.rounds
-    ]
+    """The lines of `rounds.jsonl` for one portfolio: each round's record with its case id."""
+    return [{"case_id": portfolio.case_id, **r.to_json()} for r in portfolio.rounds]
 
 
 def summarize(case_rows: Sequence[dict[str, Any]]) -> dict[str, float]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -29,5 +30,11 @@ def run_policy(
     lm, cases: Sequence[Case], config: LoopConfig, embed_fn: Callable[[Sequence[str]], np.ndarray],
     progress: Callable[[int], None] | None = None,
 ) -> tuple[list[Portfolio], list[dict[str, Any]]]:
+    """The portfolios (each with its `metrics`) and one row per case (pool + metrics)."""
     portfolios = run_portfolios(lm, cases, config, embed_fn, progress=progress)
-    return portfolios, evaluate_portfolios(cases, portfolios, embed_fn)
+    rows = evaluate_portfolios(cases, portfolios, embed_fn)
+    measured = [
+        replace(p, metrics={k: v for k, v in row.items() if k not in ("case_id", "policy", "pool")})
+        for p, row in zip(portfolios, rows, strict=True)
+    ]
+    return measured, rows

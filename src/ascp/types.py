@@ -1,8 +1,14 @@
-"""Frozen value types shared by every stage."""
+"""Frozen value types shared by every stage, each with its JSON record (`to_json`/`from_json`).
+
+Results also render themselves: `to_pandas()` for a frame, `_repr_html_()` for a notebook (the
+one renderer of `ascp.render`, shared with the console tables).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -33,8 +39,26 @@ class AttributionRequest:
 
 
 @dataclass(frozen=True)
+class TokenLogprobs:
+    """Per-token response log-probabilities behind a single-passage ablation reading.
+
+    full: shape (n,) under the full prompt; ablated: shape (k, n), one row per passage (context
+    order); spans: the character span of each response token in the response text.
+    """
+
+    full: Any
+    ablated: Any
+    spans: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
 class AttributionResult:
-    """One estimator's reading of one request; `scores` follow the context order of the request."""
+    """One estimator's reading of one request; `scores` follow the context order of the request.
+
+    `prompt` is the exact chat-templated text scored before the response and `passage_spans`
+    the character span of each passage block in it. `token_logprobs` (not written to JSON) keeps
+    what `for_span` needs; it is set for `loo` and `replace`.
+    """
 
     id: str
     estimator: str
@@ -47,6 +71,8 @@ class AttributionResult:
     passage_spans: dict[str, tuple[int, int]]
     seconds: float
     extra: dict[str, object] = field(default_factory=dict)
+    threshold: float | None = None
+    token_logprobs: TokenLogprobs | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, object]:
         """The record written by `ascp attribute` (one JSONL line)."""
@@ -63,6 +89,66 @@ class AttributionResult:
             "seconds": round(self.seconds, 4),
             **self.extra,
         }
+
+    @classmethod
+    def from_json(cls, record: Mapping[str, Any]) -> AttributionResult:
+        known = {f.name for f in fields(cls)} - {"extra", "threshold", "token_logprobs"}
+        return cls(
+            id=str(record["id"]), estimator=str(record["estimator"]), response=str(record["response"]),
+            response_tokens=int(record["response_tokens"]),
+            scores={k: float(v) for k, v in record["scores"].items()},
+            normalized={k: float(v) for k, v in record["normalized"].items()},
+            used=tuple(record["used"]), prompt=str(record["prompt"]),
+            passage_spans={k: (int(v[0]), int(v[1])) for k, v in record["passage_spans"].items()},
+            seconds=float(record["seconds"]),
+            extra={k: v for k, v in record.items() if k not in known},
+        )
+
+    def passage_text(self, passage_id: str) -> str:
+        """The passage's block as the model saw it (identifier, title and text)."""
+        start, end = self.passage_spans[passage_id]
+        return self.prompt[start:end]
+
+    def to_pandas(self):
+        """One row per passage (context order): id, score, normalized, used."""
+        import pandas as pd
+
+        return pd.DataFrame({
+            "id": list(self.scores),
+            "score": list(self.scores.values()),
+            "normalized": [self.normalized[d] for d in self.scores],
+            "used": [d in self.used for d in self.scores],
+        })
+
+    def for_span(self, start: int, end: int) -> AttributionResult:
+        """The same reading for the response tokens overlapping characters [start, end) of the
+        response: per-token LOO averaged over those tokens only, from the stored log-probabilities
+        (no new model passes)."""
+        import numpy as np
+
+        from ascp.attribution.base import read_scores
+        from ascp.errors import AscpError
+
+        if self.token_logprobs is None:
+            raise AscpError(f"for_span needs the per-token log-probabilities of a `loo` or `replace` reading; "
+                            f"this one is {self.estimator!r} (or was read from JSON).")
+        if not 0 <= start < end <= len(self.response):
+            raise AscpError(f"span [{start}, {end}) is not inside the response of {len(self.response)} characters.")
+        tokens = [i for i, (a, b) in enumerate(self.token_logprobs.spans) if a < end and b > start and b > a]
+        if not tokens:
+            raise AscpError(f"no response token overlaps characters [{start}, {end}).")
+        full = np.asarray(self.token_logprobs.full)[tokens]
+        ablated = np.asarray(self.token_logprobs.ablated)[:, tokens]
+        raw = full.mean() - ablated.mean(axis=1)
+        reading = read_scores(list(self.scores), raw, self.threshold)
+        return replace(self, response=self.response[start:end], response_tokens=len(tokens),
+                       scores=reading.scores, normalized=reading.normalized, used=reading.used, seconds=0.0,
+                       token_logprobs=None)
+
+    def _repr_html_(self) -> str:
+        from ascp.render import attribution_html
+
+        return attribution_html(self)
 
 
 @dataclass(frozen=True)
@@ -108,14 +194,45 @@ class Round:
     prompt_tokens: int = 0  # tokens of the (full-context) prompt: the cost axis of Fig. 6
     generation_seconds: float = 0.0  # this round's share of generation wall time, probe excluded
 
+    def to_json(self) -> dict[str, Any]:
+        """The round's record (a line of `rounds.jsonl` without the case id)."""
+        return {
+            "round": self.round,
+            "context": list(self.context),
+            "response": self.response,
+            "response_tokens": self.response_tokens,
+            "scores": self.scores,
+            "normalized": self.normalized,
+            "used": list(self.used),
+            "steered": self.steered,
+            "overused": self.overused,
+            "seconds": round(self.seconds, 4),
+            "prompt_tokens": self.prompt_tokens,
+            "generation_seconds": round(self.generation_seconds, 4),
+        }
+
+    @classmethod
+    def from_json(cls, record: Mapping[str, Any]) -> Round:
+        return cls(
+            round=int(record["round"]), context=tuple(record["context"]), response=str(record["response"]),
+            response_tokens=int(record["response_tokens"]),
+            scores={k: float(v) for k, v in record["scores"].items()},
+            normalized={k: float(v) for k, v in record["normalized"].items()},
+            used=tuple(record["used"]), seconds=float(record.get("seconds", 0.0)),
+            steered=bool(record.get("steered", False)), overused=int(record.get("overused", 0)),
+            prompt_tokens=int(record.get("prompt_tokens", 0)),
+            generation_seconds=float(record.get("generation_seconds", 0.0)),
+        )
+
 
 @dataclass(frozen=True)
 class Portfolio:
-    """The T rounds one policy produced for one case."""
+    """The T rounds one policy produced for one case, with the case's metrics once measured."""
 
     case_id: str
     policy: str
     rounds: tuple[Round, ...]
+    metrics: dict[str, float] = field(default_factory=dict)
 
     @property
     def offered(self) -> tuple[str, ...]:
@@ -125,3 +242,26 @@ class Portfolio:
             for pid in r.context:
                 seen.setdefault(pid, None)
         return tuple(seen)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"case_id": self.case_id, "policy": self.policy, "metrics": dict(self.metrics),
+                "rounds": [r.to_json() for r in self.rounds]}
+
+    @classmethod
+    def from_json(cls, record: Mapping[str, Any]) -> Portfolio:
+        return cls(case_id=str(record["case_id"]), policy=str(record["policy"]),
+                   rounds=tuple(Round.from_json(r) for r in record["rounds"]),
+                   metrics={k: float(v) for k, v in record.get("metrics", {}).items()})
+
+    def to_pandas(self):
+        """One row per round: round, context, response, used, response tokens, seconds."""
+        import pandas as pd
+
+        return pd.DataFrame([{"case_id": self.case_id, "policy": self.policy, "round": r.round,
+                              "context": list(r.context), "response": r.response, "used": list(r.used),
+                              "response_tokens": r.response_tokens, "seconds": r.seconds} for r in self.rounds])
+
+    def _repr_html_(self) -> str:
+        from ascp.render import portfolio_html
+
+        return portfolio_html(self)

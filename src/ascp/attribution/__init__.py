@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from ascp.attribution.base import Estimator, free_threshold, normalize, used_mask
 from ascp.errors import AscpError
+from ascp.params import Param, validate
 
 
 def _registry() -> dict[str, Callable[..., Estimator]]:
@@ -28,12 +29,22 @@ def _registry() -> dict[str, Callable[..., Estimator]]:
 ESTIMATOR_NAMES = ("loo", "replace", "hierarchical", "contextcite", "bm25", "qd-cosine", "yd-cosine")
 
 
-def make_estimator(name: str, **options) -> Estimator:
-    """Build an estimator by its canonical name; unknown names raise a one-sentence `AscpError`."""
-    registry = _registry()
-    if name not in registry:
+def estimator_params(name: str) -> tuple[Param, ...]:
+    """The declared parameters of an estimator."""
+    from ascp.attribution.proxies import CosineProxy
+
+    if name not in ESTIMATOR_NAMES:
         raise AscpError(f"unknown estimator {name!r}; choose one of {', '.join(ESTIMATOR_NAMES)}.")
-    return registry[name](**options)
+    factory = _registry()[name]
+    return CosineProxy.params if name.endswith("-cosine") else factory.params  # type: ignore[attr-defined]
 
 
-__all__ = ["ESTIMATOR_NAMES", "Estimator", "free_threshold", "make_estimator", "normalize", "used_mask"]
+def make_estimator(name: str, **options) -> Estimator:
+    """Build an estimator by its canonical name; unknown names or options raise a one-sentence
+    `AscpError` naming the field."""
+    params = estimator_params(name)
+    return _registry()[name](**validate(f"estimator {name!r}", params, options))
+
+
+__all__ = ["ESTIMATOR_NAMES", "Estimator", "estimator_params", "free_threshold", "make_estimator", "normalize",
+           "used_mask"]

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ascp.attribution.base import Estimator, ProbeInput
-from ascp.lm.scoring import AblationScorer
+from ascp.attribution.ablation import Ablations
+from ascp.attribution.base import Estimator, ProbeInput, Scores
+from ascp.params import Param
 
 
 def logit_prob(sequence_logprob: float) -> float:
@@ -23,6 +24,12 @@ def logit_prob(sequence_logprob: float) -> float:
 
 class ContextCite(Estimator):
     name = "contextcite"
+    params = (
+        Param("num_ablations", int, 64, "random ablation masks"),
+        Param("keep_prob", float, 0.5, "probability that a mask keeps each passage"),
+        Param("lasso_alpha", float, 0.01, "Lasso regularisation on standardised masks"),
+        Param("seed", int, 0, "seed of the masks"),
+    )
 
     def __init__(self, num_ablations: int = 64, keep_prob: float = 0.5, lasso_alpha: float = 0.01, seed: int = 0):
         self.num_ablations = num_ablations
@@ -30,16 +37,15 @@ class ContextCite(Estimator):
         self.lasso_alpha = lasso_alpha
         self.seed = seed
 
-    def score(self, lm, item: ProbeInput) -> np.ndarray:
+    def score(self, lm, item: ProbeInput) -> Scores:
         from sklearn.linear_model import Lasso
         from sklearn.preprocessing import StandardScaler
 
         k = len(item.passages)
         rng = np.random.default_rng(self.seed)
         masks = rng.random((self.num_ablations, k)) < self.keep_prob
-        scorer = AblationScorer(lm, item.prompt, item.response_ids)
+        scorer = Ablations(lm, item.prompt, item.response_ids)
         outs = scorer.score([{i + 1: "" for i in range(k) if not m[i]} for m in masks])
-        self.last_tokens_processed = scorer.tokens_processed
         n = len(item.response_ids)
         target = np.array([logit_prob(float(o.sum())) for o in outs]) / n
         x = masks.astype(np.float64)
@@ -47,4 +53,4 @@ class ContextCite(Estimator):
         scale = np.where(scaler.scale_ > 0, scaler.scale_, 1.0)
         lasso = Lasso(alpha=self.lasso_alpha, random_state=0, fit_intercept=True)
         lasso.fit((x - scaler.mean_) / scale, target)
-        return lasso.coef_ / scale
+        return Scores(values=lasso.coef_ / scale, tokens_processed=scorer.tokens_processed)

@@ -16,12 +16,18 @@ import math
 
 import numpy as np
 
-from ascp.attribution.base import Estimator, ProbeInput
-from ascp.lm.scoring import AblationScorer
+from ascp.attribution.ablation import REUSE_PREFIX, Ablations
+from ascp.attribution.base import Estimator, ProbeInput, Scores
+from ascp.params import Param
 
 
 class HierarchicalLOO(Estimator):
     name = "hierarchical"
+    params = (
+        Param("group_size", int, None, "passages per group (none: ceil(sqrt(k)))", optional=True),
+        Param("refine_top", int, 2, "groups with the largest positive drop refined passage by passage"),
+        REUSE_PREFIX,
+    )
 
     def __init__(self, group_size: int | None = None, refine_top: int = 2, reuse_prefix: bool = True) -> None:
         if group_size is not None and group_size < 1:
@@ -34,12 +40,12 @@ class HierarchicalLOO(Estimator):
         size = self.group_size or max(1, math.ceil(math.sqrt(k)))
         return [list(range(lo, min(k, lo + size))) for lo in range(0, k, size)]
 
-    def score(self, lm, item: ProbeInput) -> np.ndarray:
+    def score(self, lm, item: ProbeInput) -> Scores:
         k = len(item.passages)
         groups = self.groups(k)
-        scorer = AblationScorer(lm, item.prompt, item.response_ids, reuse_prefix=self.reuse_prefix)
-        full = scorer.full_logprobs.mean()
+        scorer = Ablations(lm, item.prompt, item.response_ids, reuse_prefix=self.reuse_prefix)
         coarse = scorer.score([{i + 1: "" for i in g} for g in groups])
+        full = scorer.full_logprobs.mean()
         group_drop = np.array([full - c.mean() for c in coarse])
         scores = np.zeros(k)
         for g, drop in zip(groups, group_drop, strict=True):
@@ -50,5 +56,4 @@ class HierarchicalLOO(Estimator):
             fine = scorer.score([{i + 1: ""} for i in refine])
             for i, f in zip(refine, fine, strict=True):
                 scores[i] = full - f.mean()
-        self.last_tokens_processed = scorer.tokens_processed
-        return scores
+        return Scores(values=scores, tokens_processed=scorer.tokens_processed)

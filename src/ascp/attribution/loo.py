@@ -1,16 +1,17 @@
 """Causal leave-one-out (Eq. 3): deletion (`loo`) and in-place replacement (`replace`).
 
 score(d) = (1/|y|) [log p(y | q, C) - log p(y | q, C \\ {d})], nats per response token.
-Scored through `AblationScorer` (shared-prefix KV cache, logits only at response positions).
+Scored through `Ablations` (the model seam; with transformers an exact shared-prefix KV cache).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ascp.attribution.base import Estimator, ProbeInput
+from ascp.attribution.ablation import REUSE_PREFIX, Ablations
+from ascp.attribution.base import Estimator, ProbeInput, Scores
 from ascp.errors import AscpError
-from ascp.lm.scoring import AblationScorer
+from ascp.params import Param
 
 # Neutral filler for in-place replacement: its words are repeated until the replaced prompt has
 # exactly the full prompt's token count, so every later token keeps its position.
@@ -23,17 +24,22 @@ class LeaveOneOut(Estimator):
     """Deletion LOO. `reuse_prefix=False` gives the naive k+1 full passes (the reference)."""
 
     name = "loo"
+    params = (REUSE_PREFIX,)
 
     def __init__(self, reuse_prefix: bool = True) -> None:
         self.reuse_prefix = reuse_prefix
 
-    def score(self, lm, item: ProbeInput) -> np.ndarray:
+    def score(self, lm, item: ProbeInput) -> Scores:
         k = len(item.passages)
-        scorer = AblationScorer(lm, item.prompt, item.response_ids, reuse_prefix=self.reuse_prefix)
-        ablated = scorer.score([{i + 1: self.replacement(lm, item, i)} for i in range(k)])
-        self.last_tokens_processed = scorer.tokens_processed
-        full = scorer.full_logprobs.mean()
-        return np.array([full - a.mean() for a in ablated])
+        ablations = Ablations(lm, item.prompt, item.response_ids, reuse_prefix=self.reuse_prefix)
+        ablated = ablations.score([{i + 1: self.replacement(lm, item, i)} for i in range(k)])
+        full = ablations.full_logprobs
+        return Scores(
+            values=np.array([full.mean() - a.mean() for a in ablated]),
+            tokens_processed=ablations.tokens_processed,
+            full_logprobs=full,
+            ablated_logprobs=np.array(ablated).reshape(k, len(full)),
+        )
 
     def replacement(self, lm, item: ProbeInput, index: int) -> str:
         """The text that stands in for passage `index`'s block ("" deletes it)."""
@@ -49,6 +55,10 @@ class Replacement(LeaveOneOut):
     """
 
     name = "replace"
+    params = (
+        Param("filler", str, NEUTRAL_TEXT, "neutral text whose words stand in for the passage"),
+        REUSE_PREFIX,
+    )
 
     def __init__(self, filler: str = NEUTRAL_TEXT, reuse_prefix: bool = True):
         super().__init__(reuse_prefix=reuse_prefix)

@@ -13,11 +13,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ascp.attribution.base import Estimator, ProbeInput, free_threshold, normalize, used_mask
+from ascp.attribution.base import Estimator, ProbeInput, read_scores
 from ascp.errors import AscpError
-from ascp.lm.generation import SamplingConfig, derive_seed, generate
+from ascp.lm.generation import SamplingConfig, derive_seed
 from ascp.prompts import PromptTemplate
-from ascp.types import AttributionRequest, AttributionResult
+from ascp.types import AttributionRequest, AttributionResult, TokenLogprobs
 
 
 @dataclass(frozen=True)
@@ -49,8 +49,8 @@ def prepare_inputs(
         responses.append((r.response, ids))
     todo = [i for i, resp in enumerate(responses) if resp is None]
     if todo:
-        gens = generate(
-            lm, [prompts[i].ids for i in todo], config.sampling,
+        gens = lm.generate(
+            [prompts[i].ids for i in todo], config.sampling,
             [derive_seed(config.seed, requests[i].id) for i in todo], config.batch_size, on_batch=progress,
         )
         for i, g in zip(todo, gens, strict=True):
@@ -71,21 +71,24 @@ def prepare_inputs(
 def attribute_one(lm, estimator: Estimator, request: AttributionRequest, item: ProbeInput, config: ProbeConfig):
     """Score one prepared request and package the result."""
     start = time.perf_counter()
-    raw = estimator.score(lm, item)
+    scored = estimator.score(lm, item)
     seconds = time.perf_counter() - start
-    ids = [p.id for p in request.passages]
-    norm = normalize(raw)
-    threshold = free_threshold(len(ids)) if config.threshold is None else config.threshold
-    used = used_mask(norm, threshold)
+    reading = read_scores([p.id for p in request.passages], scored.values, config.threshold)
+    token_logprobs = None
+    spans = getattr(lm, "response_token_spans", None)
+    if scored.full_logprobs is not None and scored.ablated_logprobs is not None and callable(spans):
+        token_logprobs = TokenLogprobs(scored.full_logprobs, scored.ablated_logprobs, tuple(spans(item.response_text)))
     return AttributionResult(
         id=request.id,
         estimator=estimator.name,
         response=item.response_text,
         response_tokens=len(item.response_ids),
-        scores={d: float(s) for d, s in zip(ids, raw, strict=True)},
-        normalized={d: float(s) for d, s in zip(ids, norm, strict=True)},
-        used=tuple(d for d, u in zip(ids, used, strict=True) if u),
+        scores=reading.scores,
+        normalized=reading.normalized,
+        used=reading.used,
         prompt=item.prompt.text,
         passage_spans=item.prompt.passage_char_spans(),
         seconds=seconds,
+        threshold=reading.threshold,
+        token_logprobs=token_logprobs,
     )

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ascp.attribution.base import Estimator, ProbeInput
+from ascp.attribution.base import Estimator, ProbeInput, Scores
 from ascp.embed import DEFAULT_EMBEDDER, embed
+from ascp.params import Param
 
 
 class BM25Proxy(Estimator):
     name = "bm25"
     uses_model = False
 
-    def score(self, lm, item: ProbeInput) -> np.ndarray:
+    def score(self, lm, item: ProbeInput) -> Scores:
         import bm25s
 
         corpus = bm25s.tokenize([p.full_text for p in item.passages], stopwords="en", show_progress=False)
@@ -26,11 +27,12 @@ class BM25Proxy(Estimator):
         retriever.index(corpus, show_progress=False)
         query = bm25s.tokenize([item.question], stopwords="en", show_progress=False, return_ids=False)[0]
         # get_scores takes the query as a list of token strings known to the index vocabulary.
-        return np.asarray(retriever.get_scores(query), dtype=np.float64)
+        return Scores(np.asarray(retriever.get_scores(query), dtype=np.float64))
 
 
 class CosineProxy(Estimator):
     uses_model = False
+    params = (Param("embedder", str, DEFAULT_EMBEDDER, "sentence embedder ('default': the embedded MiniLM)"),)
 
     def __init__(self, against: str, embedder: str = DEFAULT_EMBEDDER) -> None:
         if against not in {"question", "response"}:
@@ -39,7 +41,7 @@ class CosineProxy(Estimator):
         self.embedder = embedder
         self.name = "qd-cosine" if against == "question" else "yd-cosine"
 
-    def score(self, lm, item: ProbeInput) -> np.ndarray:
+    def score(self, lm, item: ProbeInput) -> Scores:
         anchor = item.question if self.against == "question" else item.response_text
         vectors = embed([anchor, *(p.full_text for p in item.passages)], self.embedder)
-        return vectors[1:] @ vectors[0]
+        return Scores(np.asarray(vectors[1:] @ vectors[0], dtype=np.float64))

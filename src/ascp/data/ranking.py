@@ -31,7 +31,7 @@ def _bm25_scores(case: Case) -> np.ndarray:
     from ascp.attribution.proxies import BM25Proxy
 
     item = ProbeInput(case.question, case.pool, None, "", ())  # BM25 reads only question and passages
-    return BM25Proxy().score(None, item)
+    return BM25Proxy().score(None, item).values
 
 
 def rank_pools(cases: list[Case], rank_by: str = "dense") -> list[Case]:

@@ -35,24 +35,19 @@ def loop_config(condition: Condition, seed: int, settings: Settings):
 
 def run_chunk(lm, chunk: Chunk, embed_fn: Callable, progress: Callable[[int], None] | None = None) -> list[dict]:
     """Run every case of the chunk (batched by the loop) and return one record per case."""
-    from ascp.runio import round_records
     from ascp.runner import run_policy
 
     config = loop_config(chunk.condition, chunk.seed, chunk.settings)
     portfolios, rows = run_policy(lm, chunk.cases, config, embed_fn, progress=progress)
     records = []
     for case, portfolio, row in zip(chunk.cases, portfolios, rows, strict=True):
-        rounds = round_records(portfolio)
-        for r in rounds:
-            del r["case_id"]
-        metrics = {k: v for k, v in row.items() if k not in ("case_id", "policy", "pool")}
         records.append({
             "task": chunk.task, "model": chunk.model.name, "seed": chunk.seed, "case_id": case.id,
             **chunk.condition.fields(),
-            **metrics,
+            **portfolio.metrics,
             "pool": row["pool"],
             "seconds": round(sum(r.seconds for r in portfolio.rounds), 4),
-            "rounds": rounds,
+            "rounds": [r.to_json() for r in portfolio.rounds],
         })
     return records
 

@@ -1,22 +1,17 @@
-"""Teacher-forced log-likelihood of a fixed response under a prompt and under edited prompts.
+"""Teacher-forced log-likelihood of a fixed response under several prompts, in process (transformers).
 
-This is the one scoring path every causal estimator uses (deletion and replacement LOO,
-hierarchical LOO, the ContextCite surrogate). An *edit* maps segment indices of an
-`EncodedPrompt` to replacement text; "" deletes the segment. Every variant is scored as
-`tokenizer(text)` of its whole edited text (canonical tokenization, see `ascp.lm.encoded`).
+`score_prompts` is `HFLanguageModel.score`: per-token log-probabilities of one response after
+each prompt. Every prompt is token ids (`tokenizer(text)` of its whole text, see
+`ascp.lm.encoded`), so the probe's variants (a passage block cut out or replaced) arrive here as
+ordinary prompts.
 
-Exact prefix sharing. The full prompt + response is scored once while filling a KV cache. The
-variants are then scored in order of decreasing common token prefix with the full prompt (the
-last passage's deletion first); before each, the cache is cropped to the longest common token
-prefix of what it holds and the variant's ids, and only the rest + the response is run. Tokens
-in a common prefix are identical at identical positions, so reusing their keys and values is
-exact by construction, whatever the tokenizer does at a passage boundary. Each variant is fed at
-most `len(ids) - LCP(full, ids)` prompt tokens: the exact floor.
-
-Position convention (contiguous re-indexing). After a deletion, later tokens move up exactly as
-if the ablated prompt had been written from scratch: it is scored as the prompt a user would
-have sent without that passage. In-place replacement (`replace`) picks filler text whose prompt
-has the full prompt's token count, so later tokens keep their positions.
+Exact prefix sharing. `prompts[0]` (the full prompt, for the probe) is scored first while filling
+a KV cache; the others follow in order of decreasing common token prefix with it (the last
+passage's deletion first). Before each, the cache is cropped to the longest common token prefix
+of the ids it holds and the prompt's ids, and only the rest + the response is run. Tokens in a
+common prefix are identical at identical positions, so reusing their keys and values is exact
+by construction, whatever the tokenizer does at a passage boundary. Each prompt is then fed at
+most `len(ids) - LCP(prompts[0], ids)` prompt tokens: the exact floor (`exact_floor_tokens`).
 
 Only the logits at response positions are computed (`logits_to_keep`), and the last response
 token is never fed (nothing is predicted from it).
@@ -28,52 +23,48 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ascp.lm.encoded import Edit, EncodedPrompt, common_prefix
+from ascp.lm.encoded import common_prefix
+from ascp.lm.protocol import ScoredPrompts
 
 
-class AblationScorer:
-    """Per-token log-probabilities of `response` under the full prompt and under edits of it.
+def score_prompts(lm, prompts: Sequence[Sequence[int]], response: Sequence[int],
+                  reuse_prefix: bool = True) -> ScoredPrompts:
+    """Per-token log-probabilities of `response` after each prompt (see the module docstring).
 
-    `reuse_prefix=False` scores every variant from scratch (the naive reference, k+1 full passes
-    for LOO); `True` shares common prefixes through a cropped KV cache and gives the same
-    numbers up to floating-point reassociation. `tokens_processed` counts tokens fed to the model.
+    `reuse_prefix=False` scores every prompt from scratch (the naive reference); `True` shares
+    common prefixes through a cropped KV cache and gives the same numbers up to floating-point
+    reassociation. Identical prompts are scored once.
     """
+    if not response:
+        raise ValueError("the response must have at least one token")
+    response = list(response)
+    unique: dict[tuple[int, ...], int] = {}
+    for ids in prompts:
+        unique.setdefault(tuple(ids), len(unique))
+    variants = list(unique)
+    if not variants:
+        return ScoredPrompts((), 0)
+    first = variants[0]
+    order = [0, *sorted(range(1, len(variants)), key=lambda i: (-common_prefix(first, variants[i]), variants[i]))]
+    pass_ = _Passes(lm, response, reuse_prefix)
+    results: list[np.ndarray] = [np.empty(0)] * len(variants)
+    for i in order:
+        results[i] = pass_.score(variants[i])
+    return ScoredPrompts(tuple(results[unique[tuple(ids)]].copy() for ids in prompts), pass_.tokens_processed)
 
-    def __init__(self, lm, prompt: EncodedPrompt, response: Sequence[int], reuse_prefix: bool = True) -> None:
-        if not response:
-            raise ValueError("the response must have at least one token")
+
+class _Passes:
+    """Forward passes for one response, with the KV cache of the last sequence fed."""
+
+    def __init__(self, lm, response: list[int], reuse_prefix: bool) -> None:
         self.lm = lm
-        self.prompt = prompt
-        self.response = list(response)
-        self.reuse_prefix = reuse_prefix and lm.supports_prefix_cache
+        self.response = response
+        self.reuse_prefix = reuse_prefix
         self.tokens_processed = 0
         self._cache = None
         self._cached: list[int] = []  # the ids whose keys and values the cache holds
-        self.full_logprobs = self._score_ids(prompt.ids)
 
-    @property
-    def full_logprob(self) -> float:
-        return float(self.full_logprobs.sum())
-
-    def variant_ids(self, edit: Edit) -> tuple[int, ...]:
-        """`tokenizer(text)` of the edited prompt text."""
-        return tuple(self.lm.encode(self.prompt.edited_text(edit))) if edit else self.prompt.ids
-
-    def score(self, edits: Sequence[Edit]) -> list[np.ndarray]:
-        """Per-token response log-probabilities for each edit, in the order given."""
-        variants = [self.variant_ids(e) for e in edits]
-        full = self.prompt.ids
-        # Longest shared prefix with the full prompt first; ties in id order, which puts variants
-        # that share more with each other next to each other (ContextCite's random masks).
-        order = sorted(range(len(edits)), key=lambda i: (-common_prefix(full, variants[i]), variants[i]))
-        results: list[np.ndarray | None] = [None] * len(edits)
-        for i in order:
-            results[i] = self.full_logprobs.copy() if variants[i] == full else self._score_ids(variants[i])
-        return [r for r in results if r is not None]
-
-    # ----- internals -------------------------------------------------------------------------
-    def _score_ids(self, ids: Sequence[int]) -> np.ndarray:
-        """Score the response after the prompt `ids`."""
+    def score(self, ids: Sequence[int]) -> np.ndarray:
         sequence = [*ids, *self.response[:-1]]
         if not self.reuse_prefix:
             return self._forward(sequence, cache=None)
@@ -108,8 +99,8 @@ def exact_floor_tokens(full: Sequence[int], variants: Sequence[Sequence[int]], r
     """Tokens an exact scorer must feed: the full prompt, then each variant after its common prefix.
 
     Each variant reuses at most its longest common token prefix with the full prompt (minus the
-    last prompt token, whose logits predict the response). Counted like
-    `AblationScorer.tokens_processed` (the last response token is never fed).
+    last prompt token, whose logits predict the response). Counted like `tokens_processed` (the
+    last response token is never fed).
     """
     total = len(full) + response_tokens - 1
     for ids in variants:
@@ -118,7 +109,7 @@ def exact_floor_tokens(full: Sequence[int], variants: Sequence[Sequence[int]], r
     return total
 
 
-def exact_loo_floor_tokens(lm, prompt: EncodedPrompt, response_tokens: int) -> int:
+def exact_loo_floor_tokens(lm, prompt, response_tokens: int) -> int:
     """`exact_floor_tokens` for the k single-passage deletions of leave-one-out."""
     k = len(prompt.passage_ids)
     variants = [lm.encode(prompt.edited_text({i + 1: ""})) for i in range(k)]

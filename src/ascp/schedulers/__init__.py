@@ -8,12 +8,15 @@ those in the name. `embed_fn` is accepted by every policy and ignored by those t
 
 from __future__ import annotations
 
+import inspect
 import re
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from ascp.errors import AscpError
+from ascp.params import Param, canonical_name, validate
 from ascp.schedulers.ascp import Ascp, ascp_greedy, ascp_objective
 from ascp.schedulers.base import PoolView, RoundFeedback, Scheduler, Selection
 from ascp.schedulers.carriage import Carriage
@@ -82,29 +85,30 @@ def parse_scheduler(spec: str) -> tuple[str, dict[str, Any]]:
     return name, options
 
 
+def scheduler_params(name: str) -> tuple[Param, ...]:
+    """The declared parameters of a registered policy (its preset values as defaults)."""
+    cls, preset = _REGISTRY[ALIASES.get(name, name)]
+    return tuple(replace(p, default=preset.get(p.name, p.default)) for p in cls.params)
+
+
 def make_scheduler(name: str, view: PoolView, k: int, T: int, rng: np.random.Generator, **options: Any) -> Scheduler:
-    """Build a policy by name (see the module docstring); unknown names or options raise AscpError."""
+    """Build a policy by name (see the module docstring); unknown names or options raise AscpError.
+
+    The instance's `name` is canonical: the registered name, or `base(key=value,...)` with the
+    options given in `name` sorted (keyword options do not rename it)."""
     base, parsed = parse_scheduler(name)
     if k < 1 or T < 1:
         raise AscpError(f"scheduler {name!r} needs k >= 1 and T >= 1, got k={k}, T={T}.")
     cls, preset = _REGISTRY[base]
     given = {**parsed, **options}
-    allowed = set(getattr(cls, "options", ()))
-    unknown = sorted(set(given) - allowed - {"embed_fn"})
-    if unknown:
-        valid = ", ".join(sorted(allowed)) or "none"
-        raise AscpError(f"unknown option(s) {', '.join(unknown)} for scheduler {base!r}; valid options: {valid}.")
-    if "embed_fn" not in allowed:
-        given.pop("embed_fn", None)
+    embed_fn = given.pop("embed_fn", None)
+    checked = validate(f"scheduler {base!r}", cls.params, given)
+    if "embed_fn" in inspect.signature(cls.__init__).parameters:
+        checked["embed_fn"] = embed_fn
     try:
-        sched = cls(view, k, T, rng, **{**preset, **given})
+        return cls(view, k, T, rng, **{**preset, **checked}, name=canonical_name(base, parsed))
     except (TypeError, ValueError) as exc:
         raise AscpError(f"bad option value for scheduler {name!r}: {exc}.") from exc
-    if parsed:
-        sched.name = base + "(" + ",".join(f"{key}={val}" for key, val in sorted(parsed.items())) + ")"
-    else:
-        sched.name = base
-    return sched
 
 
 __all__ = [
@@ -121,5 +125,6 @@ __all__ = [
     "induce_facets",
     "make_scheduler",
     "parse_scheduler",
+    "scheduler_params",
     "pool_view_from_embeddings",
 ]

@@ -49,15 +49,15 @@ class StaticFacetOrder(Scheduler):
     and the default `lam`."""
 
     reads_feedback = False
-    options = ("lam",)
     default_lam = 0.5
 
     @staticmethod
     def order(relevance: np.ndarray, W: np.ndarray, pi: np.ndarray, m: int, lam: float) -> list[int]:
         raise NotImplementedError
 
-    def __init__(self, view: PoolView, k: int, T: int, rng: np.random.Generator, lam: float | None = None) -> None:
-        super().__init__(view, k, T, rng)
+    def __init__(self, view: PoolView, k: int, T: int, rng: np.random.Generator, lam: float | None = None,
+                 name: str | None = None) -> None:
+        super().__init__(view, k, T, rng, name)
         self.lam = float(self.default_lam if lam is None else lam)
         self._chosen: list[int] | None = None
 

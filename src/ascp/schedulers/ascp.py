@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from ascp.errors import AscpError
+from ascp.params import Param
 from ascp.schedulers._common import ResponseEmbedder, selection
 from ascp.schedulers.base import EmbedFn, PoolView, RoundFeedback, Scheduler, Selection
 from ascp.schedulers.facets import GAMMA, M_MAX, facets_of
@@ -93,18 +94,18 @@ class Ascp(Scheduler):
 
     name = "ascp"
     reads_feedback = True
-    options = (
-        "beta",
-        "beta_doc",
-        "lam",
-        "kappa",
-        "gamma",
-        "m_max",
-        "feedback",
-        "signal",
-        "submodular",
-        "sim_threshold",
-        "embed_fn",
+    params = (
+        Param("beta", float, BETA, "facet discount per use: pi(z) * beta^n(z)"),
+        Param("beta_doc", float, BETA_DOC, "passage discount per use: beta_doc^u(d)"),
+        Param("lam", float, LAMBDA, "weight of relevance against facet coverage"),
+        Param("kappa", int, KAPPA, "top-ranked passages pinned into every context"),
+        Param("gamma", float, GAMMA, "facet membership sharpness of W[d, z]"),
+        Param("m_max", int, M_MAX, "most facets a passage may belong to"),
+        Param("feedback", str, "probe", "where consumption comes from", choices=FEEDBACKS),
+        Param("signal", str, "count", "how use is counted per facet", choices=SIGNALS),
+        Param("submodular", bool, True, "the submodular facet term (false: modular)"),
+        Param("sim_threshold", float, None, "response-passage cosine that counts as use (similarity feedback)",
+              optional=True),
     )
 
     def __init__(
@@ -124,8 +125,9 @@ class Ascp(Scheduler):
         submodular: bool = True,
         sim_threshold: float | None = None,
         embed_fn: EmbedFn | None = None,
+        name: str | None = None,
     ) -> None:
-        super().__init__(view, k, T, rng)
+        super().__init__(view, k, T, rng, name)
         if feedback not in FEEDBACKS:
             raise AscpError(f"unknown ascp feedback {feedback!r}; choose one of {', '.join(FEEDBACKS)}.")
         if signal not in SIGNALS:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ascp.params import Param
 from ascp.types import Case
 
 if TYPE_CHECKING:
@@ -86,12 +87,16 @@ class Selection:
 
 
 class Scheduler(ABC):
-    """One policy. Subclasses set `name` and `reads_feedback`, and implement `select`."""
+    """One policy. Subclasses set `name` (the family), `reads_feedback` and `params` (their
+    options, declared once), and implement `select`. An instance's `name` is its canonical name,
+    given by `make_scheduler` (e.g. `ascp(kappa=2)`)."""
 
     name: str = ""
     reads_feedback: bool = False
+    params: tuple[Param, ...] = ()
 
-    def __init__(self, view: PoolView, k: int, T: int, rng: np.random.Generator) -> None:
+    def __init__(self, view: PoolView, k: int, T: int, rng: np.random.Generator, name: str | None = None) -> None:
+        self.name = name or type(self).name
         self.view = view
         self.k = k
         self.T = T

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ascp.errors import AscpError
+from ascp.params import Param
 from ascp.schedulers._common import ResponseEmbedder, cyclic_window, positions, selection
 from ascp.schedulers.base import EmbedFn, PoolView, RoundFeedback, Scheduler, Selection
 from ascp.schedulers.mmr import MMR_LAMBDA, mmr_order
@@ -32,7 +33,11 @@ class Carriage(Scheduler):
 
     name = "carriage"
     reads_feedback = True
-    options = ("lam", "stride", "list_outputs", "embed_fn")
+    params = (
+        Param("lam", float, MMR_LAMBDA, "relevance weight against the output-aware redundancy penalty"),
+        Param("stride", int, CARRIAGE_STRIDE, "pool positions the window slides per round (0: no sliding)"),
+        Param("list_outputs", bool, True, "list earlier outputs in the prompt"),
+    )
 
     def __init__(
         self,
@@ -44,8 +49,9 @@ class Carriage(Scheduler):
         stride: int = CARRIAGE_STRIDE,
         list_outputs: bool = True,
         embed_fn: EmbedFn | None = None,
+        name: str | None = None,
     ) -> None:
-        super().__init__(view, k, T, rng)
+        super().__init__(view, k, T, rng, name)
         if int(stride) < 0:
             raise AscpError(f"carriage stride must be >= 0, got {stride}.")
         self.lam = float(lam)

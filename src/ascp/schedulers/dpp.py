@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ascp.params import Param
 from ascp.schedulers._common import selection
 from ascp.schedulers.base import PoolView, RoundFeedback, Scheduler, Selection
 
@@ -55,7 +56,10 @@ class DPP(Scheduler):
 
     name = "dpp"
     reads_feedback = False
-    options = ("decay", "ridge")
+    params = (
+        Param("decay", float, DPP_DECAY, "quality decay per earlier offer: r(d) * decay^offers(d)"),
+        Param("ridge", float, DPP_RIDGE, "ridge added to the kernel's diagonal (keeps it positive definite)"),
+    )
 
     def __init__(
         self,
@@ -65,8 +69,9 @@ class DPP(Scheduler):
         rng: np.random.Generator,
         decay: float = DPP_DECAY,
         ridge: float = DPP_RIDGE,
+        name: str | None = None,
     ) -> None:
-        super().__init__(view, k, T, rng)
+        super().__init__(view, k, T, rng, name)
         self.decay = float(decay)
         self.ridge = float(ridge)
         self._rounds: list[list[int]] = []

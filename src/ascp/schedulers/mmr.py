@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ascp.params import Param
 from ascp.schedulers._common import selection
 from ascp.schedulers.base import PoolView, RoundFeedback, Scheduler, Selection
 
@@ -45,10 +46,11 @@ class MMR(Scheduler):
 
     name = "mmr"
     reads_feedback = False
-    options = ("lam",)
+    params = (Param("lam", float, MMR_LAMBDA, "relevance weight: lam * rel(d) - (1 - lam) * max similarity"),)
 
-    def __init__(self, view: PoolView, k: int, T: int, rng: np.random.Generator, lam: float = MMR_LAMBDA) -> None:
-        super().__init__(view, k, T, rng)
+    def __init__(self, view: PoolView, k: int, T: int, rng: np.random.Generator, lam: float = MMR_LAMBDA,
+                 name: str | None = None) -> None:
+        super().__init__(view, k, T, rng, name)
         self.lam = float(lam)
         self._chosen: list[int] | None = None
 

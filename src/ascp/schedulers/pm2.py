@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ascp.params import Param
 from ascp.schedulers._common import StaticFacetOrder
 
 PM2_LAMBDA = 0.5
@@ -46,3 +47,4 @@ class PM2(StaticFacetOrder):
     name = "pm2"
     order = staticmethod(pm2_order)
     default_lam = PM2_LAMBDA
+    params = (Param("lam", float, PM2_LAMBDA, "weight of the quotient's facet against the others"),)

@@ -17,7 +17,6 @@ class Rotate(Scheduler):
 
     name = "rotate"
     reads_feedback = False
-    options: tuple[str, ...] = ()
 
     def select(self, round: int, history: tuple[RoundFeedback, ...]) -> Selection:
         window = cyclic_window(self.view.n, (round - 1) * self.k, self.k)

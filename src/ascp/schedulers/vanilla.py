@@ -11,7 +11,6 @@ class Vanilla(Scheduler):
 
     name = "vanilla"
     reads_feedback = False
-    options: tuple[str, ...] = ()
 
     def select(self, round: int, history: tuple[RoundFeedback, ...]) -> Selection:
         return selection(self.view, range(min(self.k, self.view.n)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ascp.params import Param
 from ascp.schedulers._common import StaticFacetOrder
 
 XQUAD_LAMBDA = 0.5
@@ -31,3 +32,4 @@ class XQuAD(StaticFacetOrder):
     name = "xquad"
     order = staticmethod(xquad_order)
     default_lam = XQUAD_LAMBDA
+    params = (Param("lam", float, XQUAD_LAMBDA, "relevance weight against facet coverage"),)

@@ -33,7 +33,7 @@ from typing import Any
 from ascp.attribution import ESTIMATOR_NAMES, make_estimator, normalize
 from ascp.attribution.base import ProbeInput
 from ascp.errors import AscpError
-from ascp.lm.generation import SamplingConfig, derive_seed, generate
+from ascp.lm.generation import SamplingConfig, derive_seed
 from ascp.prompts import PromptTemplate
 from ascp.types import Case
 from ascp.validation.pools import DEFAULT_MAX_WORDS, PADDINGS, ControlledPool, PoolBuilder, Skip, check_pool_args
@@ -181,13 +181,13 @@ class _Runner:
         if protocol == "fixed":
             necessary = tuple(p.passage for p in self.builder.necessary(case))
             target_prompt = lm.encode_prompt(case.question, necessary, self.template)
-            gen = generate(lm, [target_prompt.ids], cfg.sampling, [derive_seed(cfg.seed, case.id, "fixed-target")])[0]
+            gen = lm.generate([target_prompt.ids], cfg.sampling, [derive_seed(cfg.seed, case.id, "fixed-target")])[0]
             todo = [(pool, prompt, gen) for pool, prompt in zip(pools, prompts, strict=True)]
         else:
             ok = [(pool, prompt) for pool, prompt in zip(pools, prompts, strict=True)
                   if self.fits(pool, protocol, prompt.num_tokens, cfg.sampling.max_new_tokens)]
             seeds = [derive_seed(cfg.seed, request_id(p.case_id, p.width, p.padding)) for p, _ in ok]
-            gens = generate(lm, [pr.ids for _, pr in ok], cfg.sampling, seeds, cfg.batch_size)
+            gens = lm.generate([pr.ids for _, pr in ok], cfg.sampling, seeds, cfg.batch_size)
             todo = [(pool, prompt, g) for (pool, prompt), g in zip(ok, gens, strict=True)]
         out = []
         for pool, prompt, g in todo:
@@ -204,7 +204,7 @@ class _Runner:
         key = {"protocol": protocol, "case_id": pool.case_id, "width": pool.width, "padding": pool.padding}
         for name in self.config.estimators:
             start = time.perf_counter()
-            raw = self.estimator(name, rid).score(self.lm, item)
+            raw = self.estimator(name, rid).score(self.lm, item).values
             seconds[name] = round(time.perf_counter() - start, 4)
             norm = normalize(raw)
             for j, pp in enumerate(pool.passages):

@@ -1,0 +1,170 @@
+"""The library front door: load a model, attribute a response, run a portfolio.
+
+    import ascp
+    model = ascp.load_model("default")
+    att = ascp.attribute(question, passages, model=model)          # which passages were used
+    pf = ascp.run_portfolio(question, pool, policy="ascp", k=5, T=5, model=model)
+
+`ascp attribute` and `ascp run` are thin clients of these functions: the same inputs give the
+same numbers. Passages may be dicts `{"id", "title"?, "text"}`, `ascp.Passage`s or plain strings
+(ids "1".."n"); their order is the context order (attribution) or the ranking (a pool), and is
+never changed. Any object with the model seam's methods (`ascp.lm.protocol.LanguageModel`) can
+stand in for the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from ascp.errors import AscpError
+from ascp.types import AnswerUnit, AttributionRequest, AttributionResult, Case, Passage, Portfolio
+
+PassageLike = Passage | Mapping[str, Any] | str
+
+
+def load_model(spec: str = "default", device: str = "auto", dtype: str = "auto"):
+    """A model by the spec the CLI's `--model` accepts: `default` (the embedded SmolLM2-135M), a
+    transformers model folder, a `.gguf` file or a cached hub id. Never downloads."""
+    from ascp.lm.resolve import load_language_model
+
+    return load_language_model(spec, device=device, dtype=dtype)
+
+
+def as_passages(items: Iterable[PassageLike], what: str = "passages") -> tuple[Passage, ...]:
+    """Passages from dicts, `Passage`s or strings, in the given order; ids must be unique."""
+    from ascp.requests import parse_passages
+
+    raw: list[Any] = []
+    for i, item in enumerate(items, start=1):
+        if isinstance(item, Passage):
+            raw.append({"id": item.id, "title": item.title, "text": item.text})
+        elif isinstance(item, str):
+            raw.append({"id": str(i), "text": item})
+        elif isinstance(item, Mapping):
+            raw.append(dict(item))
+        else:
+            raise AscpError(f"{what}: item {i} is a {type(item).__name__}; give a dict, an ascp.Passage or a string.")
+    return parse_passages(what, raw)
+
+
+class Probe:
+    """The causal probe bound to one model and estimator: reuse it for many requests.
+
+    estimator: `loo` (default), `replace`, `hierarchical`, `contextcite`, `bm25`, `qd-cosine`,
+        `yd-cosine` (see `ascp estimators`); `estimator_options` are its parameters.
+    threshold: the used threshold on normalised scores (None: tau(k) = 0.555 k^-0.633).
+    instruction: `commit` or `integrate`; sampling: how missing responses are generated.
+    """
+
+    def __init__(self, model, estimator: str = "loo", *, seed: int = 0, threshold: float | None = None,
+                 instruction: str = "commit", sampling=None, batch_size: int = 8, **estimator_options: Any) -> None:
+        from ascp.attribution import make_estimator
+        from ascp.attribution.probe import ProbeConfig
+        from ascp.lm.generation import SamplingConfig
+        from ascp.prompts import PromptTemplate
+
+        if estimator == "contextcite":
+            estimator_options.setdefault("seed", seed)
+        self.estimator = make_estimator(estimator, **estimator_options)
+        self.model = model
+        self.config = ProbeConfig(template=PromptTemplate.named(instruction), sampling=sampling or SamplingConfig(),
+                                  seed=seed, threshold=threshold, batch_size=batch_size)
+
+    def attribute(self, question: str, passages: Iterable[PassageLike], response: str | None = None,
+                  id: str = "request") -> AttributionResult:
+        """Which passages `response` relied on (None: generate the response first)."""
+        return self.attribute_many([{"id": id, "question": question, "passages": list(passages),
+                                     "response": response}])[0]
+
+    def attribute_many(
+        self, requests: Iterable[AttributionRequest | Mapping[str, Any]],
+        on_generated: Callable[[int], None] | None = None, on_scored: Callable[[int], None] | None = None,
+    ) -> list[AttributionResult]:
+        """Attribute many requests; missing responses are generated in batches first."""
+        from ascp.attribution.probe import attribute_one, prepare_inputs
+
+        parsed = [_as_request(i, r) for i, r in enumerate(requests)]
+        items = prepare_inputs(self.model, parsed, self.config, progress=on_generated)
+        results = []
+        for request, item in zip(parsed, items, strict=True):
+            results.append(attribute_one(self.model, self.estimator, request, item, self.config))
+            if on_scored:
+                on_scored(1)
+        return results
+
+
+def _as_request(index: int, request: AttributionRequest | Mapping[str, Any]) -> AttributionRequest:
+    from ascp.requests import parse_request
+
+    if isinstance(request, AttributionRequest):
+        return request
+    obj = dict(request)
+    obj.setdefault("id", str(index))
+    where = f"request {obj['id']!r}"
+    passages = as_passages(obj.get("passages") or [], where)
+    obj["passages"] = [{"id": p.id, "title": p.title, "text": p.text} for p in passages]
+    return parse_request(where, obj)
+
+
+def attribute(question: str, passages: Iterable[PassageLike], response: str | None = None, *, model=None,
+              estimator: str = "loo", seed: int = 0, threshold: float | None = None,
+              **options: Any) -> AttributionResult:
+    """Score how much `response` (None: a response the model generates) relied on each passage.
+
+    One call of `Probe(model, estimator, seed=seed, threshold=threshold, **options).attribute`;
+    `model=None` loads the embedded default.
+    """
+    probe = Probe(model if model is not None else load_model("default"), estimator, seed=seed,
+                  threshold=threshold, **options)
+    return probe.attribute(question, passages, response)
+
+
+def make_case(question: str, pool: Iterable[PassageLike], answers: Iterable[Iterable[str] | str] | None = None,
+              id: str = "question") -> Case:
+    """A `Case` from a question, a ranked pool and optional gold answers (each an alias list or a string)."""
+    if not isinstance(question, str) or not question.strip():
+        raise AscpError("the question is empty; give a question.")
+    units = []
+    for j, answer in enumerate(answers or ()):
+        aliases = (answer,) if isinstance(answer, str) else tuple(answer)
+        if not aliases or not all(isinstance(a, str) and a.strip() for a in aliases):
+            raise AscpError(f"answer {j + 1} must be a non-empty string or list of non-empty strings.")
+        units.append(AnswerUnit(id=str(j + 1), aliases=aliases))
+    return Case(id=id, question=question, pool=as_passages(pool, "pool"), units=tuple(units))
+
+
+def run_portfolios(cases: Sequence[Case], *, policy: str = "ascp", k: int = 5, T: int = 5, model=None,
+                   estimator: str = "loo", seed: int = 0, max_new_tokens: int = 64, steer=None,
+                   threshold: float | None = None, embed_fn=None,
+                   progress: Callable[[int], None] | None = None) -> list[Portfolio]:
+    """T rounds of `policy` on every case, each portfolio with its metrics (what `ascp run` does).
+
+    steer: a `SteerConfig` (Eq. 5 + APC from round 2 on) or None; embed_fn: texts -> unit
+    embeddings (default: the embedded MiniLM).
+    """
+    from ascp.attribution import make_estimator
+    from ascp.embed import embed
+    from ascp.lm.generation import SamplingConfig
+    from ascp.loop import LoopConfig
+    from ascp.runner import run_policy
+    from ascp.schedulers import parse_scheduler
+
+    parse_scheduler(policy)
+    make_estimator(estimator)
+    for case in cases:
+        if len(case.pool) < k:
+            raise AscpError(f"case {case.id!r}: its pool has {len(case.pool)} passages, fewer than k={k}.")
+    config = LoopConfig(policy=policy, k=k, T=T, estimator=estimator, seed=seed, threshold=threshold,
+                        sampling=SamplingConfig(max_new_tokens=max_new_tokens), steer=steer)
+    lm = model if model is not None else load_model("default")
+    return run_policy(lm, cases, config, embed_fn or embed, progress=progress)[0]
+
+
+def run_portfolio(question: str, pool: Iterable[PassageLike], *, policy: str = "ascp", k: int = 5, T: int = 5,
+                  model=None, seed: int = 0, answers: Iterable[Iterable[str] | str] | None = None,
+                  **options: Any) -> Portfolio:
+    """T rounds of `policy` over one ranked pool: contexts, responses, per-round attributions and
+    metrics (PR@T needs `answers`; without them it is nan). Options: see `run_portfolios`."""
+    case = make_case(question, pool, answers)
+    return run_portfolios([case], policy=policy, k=k, T=T, model=model, seed=seed, **options)[0]

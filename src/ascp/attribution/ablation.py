@@ -1,0 +1,61 @@
+"""Edits of a prompt scored through the model seam: the one scoring path of every causal estimator.
+
+An *edit* maps segment indices of an `EncodedPrompt` to replacement text ("" deletes the
+segment): deletion and replacement LOO, hierarchical groups and ContextCite masks are all lists
+of edits. Each edited prompt is `tokenizer(text)` of its whole edited text (canonical
+tokenization), and the full prompt and the edited ones go to `lm.score` in one call, full prompt
+first, so a backend with a prefix cache (`HFLanguageModel`) shares the common token prefixes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ascp.lm.encoded import Edit, EncodedPrompt
+from ascp.params import Param
+
+REUSE_PREFIX = Param("reuse_prefix", bool, True,
+                     "share common token prefixes through the KV cache (false: naive passes)")
+
+
+class Ablations:
+    """Per-token log-probabilities of a fixed `response` under `prompt` and under edits of it.
+
+    `reuse_prefix=False` asks the backend for independent passes (the naive reference).
+    `tokens_processed` adds up what the model was fed over every `score` call.
+    """
+
+    def __init__(self, lm, prompt: EncodedPrompt, response: Sequence[int], reuse_prefix: bool = True) -> None:
+        if not response:
+            raise ValueError("the response must have at least one token")
+        self.lm = lm
+        self.prompt = prompt
+        self.response = tuple(response)
+        self.reuse_prefix = reuse_prefix
+        self.tokens_processed = 0
+        self._full: np.ndarray | None = None
+
+    @property
+    def full_logprobs(self) -> np.ndarray:
+        """Per-token log-probabilities under the unedited prompt."""
+        if self._full is None:
+            self.score([])
+        assert self._full is not None
+        return self._full
+
+    def variant_ids(self, edit: Edit) -> tuple[int, ...]:
+        """`tokenizer(text)` of the edited prompt text."""
+        return tuple(self.lm.encode(self.prompt.edited_text(edit))) if edit else self.prompt.ids
+
+    def score(self, edits: Sequence[Edit]) -> list[np.ndarray]:
+        """Per-token response log-probabilities for each edit, in the order given."""
+        variants = [self.variant_ids(e) for e in edits]
+        prompts = variants if self._full is not None else [self.prompt.ids, *variants]
+        scored = self.lm.score(prompts, self.response, reuse_prefix=self.reuse_prefix)
+        self.tokens_processed += scored.tokens_processed
+        out = list(scored.logprobs)
+        if self._full is None:
+            self._full, out = out[0], out[1:]
+        return out

@@ -1,0 +1,30 @@
+"""What a view of one attribution shows: one row per passage, in context order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ascp.types import AttributionResult
+
+CAUSAL = {"loo", "replace", "hierarchical", "contextcite"}
+
+
+@dataclass(frozen=True)
+class PassageRow:
+    id: str
+    text: str  # the passage block as the model saw it, without its trailing separator
+    score: float
+    normalized: float
+    used: bool
+
+
+def passage_rows(result: AttributionResult) -> list[PassageRow]:
+    return [
+        PassageRow(id=pid, text=result.passage_text(pid).strip(), score=score, normalized=result.normalized[pid],
+                   used=pid in result.used)
+        for pid, score in result.scores.items()
+    ]
+
+
+def score_unit(estimator: str) -> str:
+    return "nats/token" if estimator in CAUSAL else "score"
