@@ -50,6 +50,7 @@ test: setup
 
 lint: setup
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
 
 bench: setup
 	$(BIN)/pip install -q --require-hashes --no-deps -r requirements-bench.lock

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -80,7 +80,7 @@ def run_attribution(
     # Everything that can be checked without the model is checked first (Probe's settings too,
     # with a stand-in for the model).
     sampling = SamplingConfig(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
-    settings = dict(seed=seed, threshold=threshold, instruction=instruction, sampling=sampling)
+    settings: dict[str, Any] = dict(seed=seed, threshold=threshold, instruction=instruction, sampling=sampling)
     Probe(None, estimator_name, **settings)
     requests = load_requests(input_path)
     if out_path is not None and not out_path.parent.exists():
@@ -389,7 +389,9 @@ def experiment_run(
 
     with user_errors():
         plan = prepare(spec, executor, workers)
-        options = {"cpus_per_worker": cpus_per_worker, "gpus_per_worker": gpus_per_worker} if executor == "ray" else {}
+        options: dict[str, Any] = (
+            {"cpus_per_worker": cpus_per_worker, "gpus_per_worker": gpus_per_worker} if executor == "ray" else {}
+        )
         bar, on_start, progress = _experiment_progress(f"{plan.spec.name} ({executor})")
 
         try:
@@ -472,7 +474,7 @@ def density_command(
             from ascp.data.matching import NLIMatcher
 
             matcher = NLIMatcher(nli_model)
-        results = []  # (file, density): one row per task per file
+        results: list[tuple] = []  # (file, density): one row per task per file
         for path in data:
             with err.status(f"loading and ranking {path.name}"):
                 cases = load_cases(path, format=format, rank_by=rank_by, limit=limit, require_pool=False, depth=depth)

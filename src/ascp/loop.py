@@ -118,7 +118,8 @@ def _run_jobs(lm, jobs: list[_Job], config: LoopConfig, estimator: Estimator, pr
         if job.overused:
             item = steer_prompts(lm, job.case.question, passages, [job.case.passage(pid) for pid in job.overused],
                                  config.template, job.selection.earlier_outputs)
-            streams = (item.full, item.without, item.only) if config.steer.runs_contrast else (item.full,)
+            contrast = config.steer is not None and config.steer.runs_contrast
+            streams = (item.full, item.without, item.only) if contrast else (item.full,)
             for name, p in zip(("", " (C without O)", " (O only)"), streams, strict=False):
                 lm.check_fits(what + name, p.num_tokens, config.sampling.max_new_tokens)
             prompt = item.full
@@ -138,8 +139,8 @@ def _run_jobs(lm, jobs: list[_Job], config: LoopConfig, estimator: Estimator, pr
         ids = list(job.selection.ids)
         response_ids = tuple(lm.encode(gen.text))  # canonical: tokenizer(text) of the response it reports
         if response_ids:
-            passages = tuple(job.case.passage(pid) for pid in ids)
-            raw = estimator.score(lm, ProbeInput(job.case.question, passages, prompt, gen.text, response_ids)).values
+            context = tuple(job.case.passage(pid) for pid in ids)
+            raw = estimator.score(lm, ProbeInput(job.case.question, context, prompt, gen.text, response_ids)).values
         else:  # an empty generation relies on nothing
             raw = np.zeros(len(ids))
         reading = read_scores(ids, raw, config.threshold)

@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ascp.types import AnswerUnit, Case, Passage, Portfolio, Round
 
@@ -328,7 +329,7 @@ def cover_at_m(
     return len(attested & gold) / len(gold)
 
 
-def auc(scores: Sequence[float], labels: Sequence[bool | int]) -> float:
+def auc(scores: ArrayLike, labels: ArrayLike) -> float:
     """ROC AUC by Mann–Whitney: mean over (positive, negative) pairs of 1 if s_pos > s_neg, 0.5 if
     equal, 0 otherwise; computed from average ranks as (R_pos - P(P+1)/2) / (P N). Labels are
     0/1 or bool. No positive or no negative: nan. Non-finite score: ValueError."""

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ascp.lm.encoded import EncodedPrompt
 from ascp.params import Param
@@ -58,7 +59,7 @@ class Estimator(ABC):
         """Raw score per passage (context order), with the tokens processed."""
 
 
-def normalize(raw: Sequence[float]) -> np.ndarray:
+def normalize(raw: ArrayLike) -> np.ndarray:
     """a(d) = [raw(d)]_+ / sum_d' [raw(d')]_+ ; all zeros when no score is positive."""
     pos = np.clip(np.asarray(raw, dtype=np.float64), 0.0, None)
     total = pos.sum()
@@ -70,7 +71,7 @@ def free_threshold(k: int, scale: float = 0.555, exponent: float = -0.633) -> fl
     return scale * float(k) ** exponent
 
 
-def used_mask(normalized: Sequence[float], threshold: float) -> np.ndarray:
+def used_mask(normalized: ArrayLike, threshold: float) -> np.ndarray:
     """A passage is used when its normalised score reaches the threshold (and is positive)."""
     a = np.asarray(normalized, dtype=np.float64)
     return (a >= threshold) & (a > 0)
@@ -86,14 +87,14 @@ class Reading:
     threshold: float
 
 
-def read_scores(ids: Sequence[str], raw: Sequence[float], threshold: float | None = None) -> Reading:
+def read_scores(ids: Sequence[str], raw: ArrayLike, threshold: float | None = None) -> Reading:
     """Normalise raw scores and apply the used threshold (None: the free-generation tau(k))."""
     ids = list(ids)
     norm = normalize(raw)
     cut = free_threshold(len(ids)) if threshold is None else float(threshold)
     used = used_mask(norm, cut)
     return Reading(
-        scores={d: float(s) for d, s in zip(ids, raw, strict=True)},
+        scores={d: float(s) for d, s in zip(ids, np.asarray(raw, dtype=np.float64), strict=True)},
         normalized={d: float(s) for d, s in zip(ids, norm, strict=True)},
         used=tuple(d for d, u in zip(ids, used, strict=True) if u),
         threshold=cut,

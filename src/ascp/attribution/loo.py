@@ -24,7 +24,7 @@ class LeaveOneOut(Estimator):
     """Deletion LOO. `reuse_prefix=False` gives the naive k+1 full passes (the reference)."""
 
     name = "loo"
-    params = (REUSE_PREFIX,)
+    params: tuple[Param, ...] = (REUSE_PREFIX,)
 
     def __init__(self, reuse_prefix: bool = True) -> None:
         self.reuse_prefix = reuse_prefix
@@ -55,7 +55,7 @@ class Replacement(LeaveOneOut):
     """
 
     name = "replace"
-    params = (
+    params: tuple[Param, ...] = (
         Param("filler", str, NEUTRAL_TEXT, "neutral text whose words stand in for the passage"),
         REUSE_PREFIX,
     )

@@ -62,10 +62,11 @@ def prepare_inputs(
                 )
             lm.check_fits(f"request {requests[i].id!r}", prompts[i].num_tokens, len(ids))
             responses[i] = (g.text, ids)
-    return [
-        ProbeInput(r.question, r.passages, p, resp[0], resp[1])
-        for r, p, resp in zip(requests, prompts, responses, strict=True)
-    ]
+    out = []
+    for r, p, resp in zip(requests, prompts, responses, strict=True):
+        assert resp is not None  # every missing response was generated above
+        out.append(ProbeInput(r.question, r.passages, p, resp[0], resp[1]))
+    return out
 
 
 def attribute_one(lm, estimator: Estimator, request: AttributionRequest, item: ProbeInput, config: ProbeConfig):

@@ -115,9 +115,9 @@ def relevance_density(cases: Sequence[Case], max_rank: int = 30, matcher: Matche
         mass = a.sum(axis=1)
         first = a.argmax(axis=0)[a.any(axis=0)]  # first attesting rank (0-based) of each attested unit
         attested.append(len(first))
-        head += [[np.count_nonzero(mass[:5]), np.count_nonzero(mass)],
-                 [np.count_nonzero(first < 5), len(first)],
-                 [mass[:5].sum(), mass.sum()]]
+        head += np.array([[np.count_nonzero(mass[:5]), np.count_nonzero(mass)],
+                          [np.count_nonzero(first < 5), len(first)],
+                          [mass[:5].sum(), mass.sum()]], dtype=float)
     rho = tuple(float(h / s) if s else float("nan") for h, s in zip(hits, support, strict=True))
     bands = {}
     for lo, hi in BANDS:

@@ -29,8 +29,10 @@ def _dense_scores(case: Case) -> np.ndarray:
 def _bm25_scores(case: Case) -> np.ndarray:
     from ascp.attribution.base import ProbeInput
     from ascp.attribution.proxies import BM25Proxy
+    from ascp.lm.encoded import EncodedPrompt
 
-    item = ProbeInput(case.question, case.pool, None, "", ())  # BM25 reads only question and passages
+    # BM25 reads only the question and the passages.
+    item = ProbeInput(case.question, case.pool, EncodedPrompt((), (), ()), "", ())
     return BM25Proxy().score(None, item).values
 
 

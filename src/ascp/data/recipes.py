@@ -169,7 +169,7 @@ def gold_units(source: Recipe, recipes: list[Recipe], pool: tuple[Passage, ...])
     units = [AnswerUnit(id=key, aliases=tuple(f for f in aliases if f)) for key, aliases in forms.items()]
     units = [u for u in units if u.aliases]
     attested = attestation_matrix(pool, units).any(axis=0) if units else np.zeros(0, dtype=bool)
-    return tuple(u for u, ok in zip(units, attested, strict=True) if ok)
+    return tuple(u for u, ok in zip(units, np.atleast_1d(attested).tolist(), strict=True) if ok)
 
 
 def _add(pool: list[Passage], members: list[Recipe], recipe: Recipe, score: float | None) -> None:

@@ -29,7 +29,7 @@ def loop_config(condition: Condition, seed: int, settings: Settings):
     if condition.steer is not None:
         from ascp.decoding import SteerConfig
 
-        kwargs["steer"] = SteerConfig(alpha=condition.steer, eta=condition.eta)
+        kwargs["steer"] = SteerConfig(alpha=condition.steer, eta=0.1 if condition.eta is None else condition.eta)
     return LoopConfig(**kwargs)
 
 

@@ -31,8 +31,8 @@ def _quiet(*_: int) -> None:
 def run_local(chunks: Sequence[Chunk], store: RunStore, embed_fn: EmbedFn | None = None,
               progress: Progress | None = None) -> None:
     progress = progress or _quiet
-    for model, group in itertools.groupby(chunks, key=lambda c: c.model):
-        group = list(group)
+    for model, grouped in itertools.groupby(chunks, key=lambda c: c.model):
+        group = list(grouped)
         settings = group[0].settings
         embed = MemoEmbedder(embed_fn or resolve_embedder(settings.embedder))
         lm = load_model(model.source, settings.device)
@@ -90,8 +90,8 @@ def run_ray(chunks: Sequence[Chunk], store: RunStore, workers: int = 1, address:
         started = True
     remote = ray.remote(num_cpus=cpus_per_worker, num_gpus=gpus_per_worker)(ChunkWorker)
     try:
-        for model, group in itertools.groupby(chunks, key=lambda c: c.model):
-            group = list(group)
+        for model, grouped in itertools.groupby(chunks, key=lambda c: c.model):
+            group = list(grouped)
             settings = group[0].settings
             actors = [remote.remote(model.source, settings.device, settings.embedder, embed_fn)
                       for _ in range(max(1, min(workers, len(group))))]

@@ -40,7 +40,7 @@ def parse_units(data: bytes, path: Path) -> tuple[list[dict[str, Any]], int]:
     line that does not parse is damage the store cannot explain, and raises.
     """
     end = data.rfind(b"\n") + 1
-    records = []
+    records: list[dict[str, Any]] = []
     lines = data[:end].split(b"\n")[:-1] if end else []
     offset = 0
     for number, line in enumerate(lines, start=1):

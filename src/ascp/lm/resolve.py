@@ -59,7 +59,7 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
             os.environ.pop("TQDM_DISABLE", None)
         else:
             os.environ["TQDM_DISABLE"] = previous
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -124,4 +124,4 @@ def load_language_model(spec: str = DEFAULT_MODEL, device: str = "auto", dtype: 
             f"unknown model {spec!r}: it is not 'default', a model folder, a .gguf file, or a Hugging Face id "
             "already in the local cache (ascp never downloads weights)."
         ) from exc
-    return HFLanguageModel(model=model.to(device), tokenizer=tokenizer, name=spec)
+    return HFLanguageModel(model=model.to(device), tokenizer=tokenizer, name=spec)  # type: ignore[arg-type]

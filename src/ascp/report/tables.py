@@ -63,6 +63,10 @@ def marker(p: float) -> str:
     return "" if not math.isfinite(p) else "†" if p < 0.01 else "*" if p < 0.05 else ""
 
 
+def mean_or_nan(est: Estimate | None) -> float:
+    return math.nan if est is None else est.mean
+
+
 def interval(est: Estimate | None, digits: int = 3) -> str:
     return "-" if est is None else f"[{signed(est.lo, digits)}, {signed(est.hi, digits)}]"
 
@@ -348,8 +352,8 @@ def decoder_table(frame, rng: np.random.Generator, n_boot: int) -> Table | None:
         pr = ests["pr"]
         rows.append([f"{key[0]} k={key[1]} T={key[2]}", label, signed(pr.mean if pr else math.nan, 4) + marker(qv),
                      interval(pr, 4), pvalue(pr.p if pr else math.nan), pvalue(qv),
-                     *(signed(ests[m].mean if ests[m] else math.nan, 4) for m in ("ecr", "groundedness")),
-                     signed(ests["words"].mean if ests["words"] else math.nan, 1),
+                     *(signed(mean_or_nan(ests[m]), 4) for m in ("ecr", "groundedness")),
+                     signed(mean_or_nan(ests["words"]), 1),
                      pr.method if pr else "-"])
         data.append({"group": list(key), "contrast": label, "a": a, "b": b, "q": qv,
                      **{k: v for m, e in ests.items() for k, v in _est_dict(f"delta_{m}", e).items()}})

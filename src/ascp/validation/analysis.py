@@ -63,7 +63,9 @@ def contexts(rows: Iterable[dict[str, Any]]) -> list[Context]:
     out = []
     for key, rs in groups.items():
         rs.sort(key=lambda r: r["position"])
-        out.append(Context(*key, ids=tuple(r["passage_id"] for r in rs), roles=tuple(r["role"] for r in rs),
+        protocol, estimator, case_id, width, padding = key
+        out.append(Context(protocol, estimator, case_id, width, padding,
+                           ids=tuple(r["passage_id"] for r in rs), roles=tuple(r["role"] for r in rs),
                            answers=tuple(frozenset(r["answers"]) for r in rs),
                            scores=np.array([r["score"] for r in rs], dtype=float),
                            normalized=np.array([r["normalized"] for r in rs], dtype=float)))

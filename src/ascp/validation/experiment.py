@@ -225,11 +225,14 @@ def run_validation(
     run = ValidationRun(config=config)
     runner = _Runner(lm, builder, config, run)
     for n, case in enumerate(selected, start=1):
-        pools = []
+        pools: list[ControlledPool] = []
         for width in config.widths:
             for padding in config.paddings:
                 built = builder.build(case, width, padding)
-                (pools if isinstance(built, ControlledPool) else run.skips).append(built)
+                if isinstance(built, ControlledPool):
+                    pools.append(built)
+                else:
+                    run.skips.append(built)
         for protocol in config.protocols:
             for pool, item in runner.inputs(case, pools, protocol):
                 runner.score(protocol, pool, item)

@@ -273,7 +273,10 @@ def build_pools(
     skips: list[Skip] = []
     for case in cases:
         built = builder.build(case, width, padding)
-        (pools if isinstance(built, ControlledPool) else skips).append(built)
+        if isinstance(built, ControlledPool):
+            pools.append(built)
+        else:
+            skips.append(built)
     return pools, skips
 
 

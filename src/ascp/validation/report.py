@@ -172,10 +172,10 @@ def figure(summary: dict[str, Any], protocol: str, path: Path) -> None:
     paddings = cfg["paddings"]
     step = 0.8 / max(1, len(paddings))
     for j, padding in enumerate(paddings):
-        rs = {r["estimator"]: r for r in metrics["cover"] if r["protocol"] == protocol
-              and r["width"] == "all" and r["padding"] == padding}
-        xs = [i + (j - (len(paddings) - 1) / 2) * step for i, e in enumerate(cfg["estimators"]) if e in rs]
-        es = [rs[e] for e in cfg["estimators"] if e in rs]
+        cover = {r["estimator"]: r for r in metrics["cover"] if r["protocol"] == protocol
+                 and r["width"] == "all" and r["padding"] == padding}
+        xs = [i + (j - (len(paddings) - 1) / 2) * step for i, e in enumerate(cfg["estimators"]) if e in cover]
+        es = [cover[e] for e in cfg["estimators"] if e in cover]
         ax.bar(xs, [r["gain"] for r in es], width=step * 0.9, label=padding,
                yerr=_yerr(es, "gain"), capsize=3,
                color=[COLORS.get(r["estimator"]) for r in es], alpha=0.55 + 0.45 * (j == 0),

