@@ -159,6 +159,32 @@ def test_run_writes_rounds_cases_and_summary(tmp_path, tiny_dir):
     assert cases[0]["offered"] == 4.0  # rotate, k=2, T=2: two disjoint windows
     assert summary["config"]["policy"] == "rotate" and summary["cases"] == 2
     assert summary["mean"]["offered"] == 4.0
+    # The run is never replaced silently: a second run into the folder refuses, --overwrite replaces.
+    before = (out / "rounds.jsonl").read_text()
+    again = ascp_cli("run", "--data", str(data), "--policy", "vanilla", "--k", "2", "--T", "2", "--model",
+                     str(tiny_dir), "--max-new-tokens", "4", "--out", str(out), env_home=tmp_path)
+    assert again.returncode == 2 and "already holds a run" in again.stderr and "--overwrite" in again.stderr
+    assert (out / "rounds.jsonl").read_text() == before
+    replaced = ascp_cli("run", "--data", str(data), "--policy", "vanilla", "--k", "2", "--T", "2", "--model",
+                        str(tiny_dir), "--max-new-tokens", "4", "--out", str(out), "--overwrite", env_home=tmp_path)
+    assert replaced.returncode == 0, replaced.stderr
+    assert json.loads((out / "summary.json").read_text())["config"]["policy"] == "vanilla"
+
+
+def test_policies_and_estimators_list_their_declared_parameters(tmp_path):
+    from ascp.attribution import ESTIMATOR_NAMES
+    from ascp.schedulers import SCHEDULER_NAMES
+
+    policies = ascp_cli("policies", env_home=tmp_path)
+    assert policies.returncode == 0, policies.stderr
+    for name in SCHEDULER_NAMES:
+        assert name in policies.stdout
+    for option in ("beta_doc", "kappa", "feedback", "probe|similarity|uniform|none", "decay", "stride"):
+        assert option in policies.stdout
+    estimators = ascp_cli("estimators", env_home=tmp_path)
+    assert estimators.returncode == 0, estimators.stderr
+    for name in (*ESTIMATOR_NAMES, "num_ablations", "group_size", "reuse_prefix", "filler"):
+        assert name in estimators.stdout
 
 
 BAD_RUNS = [

@@ -30,8 +30,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ascp.attribution import ESTIMATOR_NAMES, make_estimator, normalize
-from ascp.attribution.base import ProbeInput
+from ascp.attribution import ESTIMATOR_NAMES, make_estimator
+from ascp.attribution.base import ProbeInput, read_scores
 from ascp.errors import AscpError
 from ascp.lm.generation import SamplingConfig, derive_seed
 from ascp.prompts import PromptTemplate
@@ -206,11 +206,11 @@ class _Runner:
             start = time.perf_counter()
             raw = self.estimator(name, rid).score(self.lm, item).values
             seconds[name] = round(time.perf_counter() - start, 4)
-            norm = normalize(raw)
+            reading = read_scores([pp.id for pp in pool.passages], raw)  # thresholds are set by the analysis
             for j, pp in enumerate(pool.passages):
                 self.run.rows.append({**key, "estimator": name, "position": j, "passage_id": pp.id,
                                       "role": pp.role, "answers": list(pp.answers),
-                                      "score": float(raw[j]), "normalized": float(norm[j])})
+                                      "score": reading.scores[pp.id], "normalized": reading.normalized[pp.id]})
         self.run.conditions.append({**key, "response": item.response_text, "response_tokens": len(item.response_ids),
                                     "prompt_tokens": item.prompt.num_tokens, "seconds": seconds})
 
