@@ -460,10 +460,8 @@ def density_command(
     with user_errors():
         import json
 
-        from rich.table import Table
-
         from ascp.data import load_cases
-        from ascp.data.density import BANDS, band_label, density_by_task
+        from ascp.data.density import density_by_task
 
         if max_rank < 5:
             raise AscpError(f"--max-rank must be at least 5, got {max_rank}.")
@@ -480,22 +478,9 @@ def density_command(
                 cases = load_cases(path, format=format, rank_by=rank_by, limit=limit, require_pool=False, depth=depth)
             with err.status(f"attesting gold units in {path.name}"):
                 results.extend((path, d) for d in density_by_task(cases, max_rank=max_rank, matcher=matcher))
-        repeated = {d.task for _, d in results if sum(e.task == d.task for _, e in results) > 1}
-        labels = [band_label(lo, hi, max_rank) for lo, hi in BANDS]
-        table = Table(title=f"Relevance density (ranks 1-{max_rank}; rank_by={rank_by}; att/q: gold units "
-                            "attested in the pool; slope: d log rho / d log i)")
-        for col in ("task", "queries", "skipped", "pool", "gold/q", "att/q", *(f"rho {b}" for b in labels),
-                    "head-5 any", "head-5 new", "slope"):
-            table.add_column(col, justify="left" if col == "task" else "right", no_wrap=col == "task")
+        from ascp.display import density_table
 
-        def fmt(x: float, digits: int = 3) -> str:
-            return "-" if x != x else f"{x:.{digits}f}"
-
-        for path, d in results:
-            label = f"{d.task} ({path.name})" if d.task in repeated else d.task
-            table.add_row(label, str(d.used), str(d.skipped), fmt(d.mean_pool, 1), fmt(d.gold_units, 1),
-                          fmt(d.attested_units, 1), *(fmt(d.bands[b]) for b in labels), fmt(d.head5_any),
-                          fmt(d.head5_new), fmt(d.slope, 2))
+        table = density_table(results, rank_by, max_rank)
         out.print(table)
         if out_path is not None:
             from ascp.jsonio import atomic_writer

@@ -70,3 +70,26 @@ def portfolio_panel(case, portfolio, row: dict) -> Table:
         text = " ".join(r.response.split())
         table.add_row(str(r.round), context, text[:160] + ("..." if len(text) > 160 else ""))
     return table
+
+
+def density_table(results, rank_by: str, max_rank: int) -> Table:
+    """`ascp density`: one row per task per file (a task in several files is labelled with the file)."""
+    from ascp.data.density import BANDS, band_label
+
+    repeated = {d.task for _, d in results if sum(e.task == d.task for _, e in results) > 1}
+    labels = [band_label(lo, hi, max_rank) for lo, hi in BANDS]
+    table = Table(title=f"Relevance density (ranks 1-{max_rank}; rank_by={rank_by}; att/q: gold units "
+                        "attested in the pool; slope: d log rho / d log i)")
+    for col in ("task", "queries", "skipped", "pool", "gold/q", "att/q", *(f"rho {b}" for b in labels),
+                "head-5 any", "head-5 new", "slope"):
+        table.add_column(col, justify="left" if col == "task" else "right", no_wrap=col == "task")
+
+    def fmt(x: float, digits: int = 3) -> str:
+        return "-" if x != x else f"{x:.{digits}f}"
+
+    for path, d in results:
+        label = f"{d.task} ({path.name})" if d.task in repeated else d.task
+        table.add_row(label, str(d.used), str(d.skipped), fmt(d.mean_pool, 1), fmt(d.gold_units, 1),
+                      fmt(d.attested_units, 1), *(fmt(d.bands[b]) for b in labels), fmt(d.head5_any),
+                      fmt(d.head5_new), fmt(d.slope, 2))
+    return table
