@@ -15,15 +15,22 @@ stand in for the model.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ascp.errors import AscpError
 from ascp.types import AnswerUnit, AttributionRequest, AttributionResult, Case, Passage, Portfolio
 
+if TYPE_CHECKING:
+    from ascp.decoding import SteerConfig
+    from ascp.lm.generation import SamplingConfig
+    from ascp.lm.hf import HFLanguageModel
+    from ascp.lm.protocol import LanguageModel
+    from ascp.schedulers.base import EmbedFn
+
 PassageLike = Passage | Mapping[str, Any] | str
 
 
-def load_model(spec: str = "default", device: str = "auto", dtype: str = "auto"):
+def load_model(spec: str = "default", device: str = "auto", dtype: str = "auto") -> HFLanguageModel:
     """A model by the spec the CLI's `--model` accepts: `default` (the embedded SmolLM2-135M), a
     transformers model folder, a `.gguf` file or a cached hub id. Never downloads."""
     from ascp.lm.resolve import load_language_model
@@ -57,8 +64,9 @@ class Probe:
     instruction: `commit` or `integrate`; sampling: how missing responses are generated.
     """
 
-    def __init__(self, model, estimator: str = "loo", *, seed: int = 0, threshold: float | None = None,
-                 instruction: str = "commit", sampling=None, batch_size: int = 8, **estimator_options: Any) -> None:
+    def __init__(self, model: LanguageModel | None, estimator: str = "loo", *, seed: int = 0,
+                 threshold: float | None = None, instruction: str = "commit", sampling: SamplingConfig | None = None,
+                 batch_size: int = 8, **estimator_options: Any) -> None:
         from ascp.attribution import make_estimator
         from ascp.attribution.probe import ProbeConfig
         from ascp.lm.generation import SamplingConfig
@@ -84,11 +92,14 @@ class Probe:
         """Attribute many requests; missing responses are generated in batches first."""
         from ascp.attribution.probe import attribute_one, prepare_inputs
 
+        if self.model is None:
+            raise AscpError("this Probe has no model; create it with ascp.Probe(model, ...).")
+        model = self.model
         parsed = [_as_request(i, r) for i, r in enumerate(requests)]
-        items = prepare_inputs(self.model, parsed, self.config, progress=on_generated)
+        items = prepare_inputs(model, parsed, self.config, progress=on_generated)
         results = []
         for request, item in zip(parsed, items, strict=True):
-            results.append(attribute_one(self.model, self.estimator, request, item, self.config))
+            results.append(attribute_one(model, self.estimator, request, item, self.config))
             if on_scored:
                 on_scored(1)
         return results
@@ -107,7 +118,8 @@ def _as_request(index: int, request: AttributionRequest | Mapping[str, Any]) -> 
     return parse_request(where, obj)
 
 
-def attribute(question: str, passages: Iterable[PassageLike], response: str | None = None, *, model=None,
+def attribute(question: str, passages: Iterable[PassageLike], response: str | None = None, *,
+              model: LanguageModel | None = None,
               estimator: str = "loo", seed: int = 0, threshold: float | None = None,
               **options: Any) -> AttributionResult:
     """Score how much `response` (None: a response the model generates) relied on each passage.
@@ -134,9 +146,10 @@ def make_case(question: str, pool: Iterable[PassageLike], answers: Iterable[Iter
     return Case(id=id, question=question, pool=as_passages(pool, "pool"), units=tuple(units))
 
 
-def run_portfolios(cases: Sequence[Case], *, policy: str = "ascp", k: int = 5, T: int = 5, model=None,
-                   estimator: str = "loo", seed: int = 0, max_new_tokens: int = 64, steer=None,
-                   threshold: float | None = None, embed_fn=None,
+def run_portfolios(cases: Sequence[Case], *, policy: str = "ascp", k: int = 5, T: int = 5,
+                   model: LanguageModel | None = None, estimator: str = "loo", seed: int = 0,
+                   max_new_tokens: int = 64, steer: SteerConfig | None = None, threshold: float | None = None,
+                   embed_fn: EmbedFn | None = None,
                    progress: Callable[[int], None] | None = None) -> list[Portfolio]:
     """T rounds of `policy` on every case, each portfolio with its metrics (what `ascp run` does).
 
@@ -157,13 +170,13 @@ def run_portfolios(cases: Sequence[Case], *, policy: str = "ascp", k: int = 5, T
             raise AscpError(f"case {case.id!r}: its pool has {len(case.pool)} passages, fewer than k={k}.")
     config = LoopConfig(policy=policy, k=k, T=T, estimator=estimator, seed=seed, threshold=threshold,
                         sampling=SamplingConfig(max_new_tokens=max_new_tokens), steer=steer)
-    lm = model if model is not None else load_model("default")
+    lm: LanguageModel = model if model is not None else load_model("default")
     return run_policy(lm, cases, config, embed_fn or embed, progress=progress)[0]
 
 
 def run_portfolio(question: str, pool: Iterable[PassageLike], *, policy: str = "ascp", k: int = 5, T: int = 5,
-                  model=None, seed: int = 0, answers: Iterable[Iterable[str] | str] | None = None,
-                  **options: Any) -> Portfolio:
+                  model: LanguageModel | None = None, seed: int = 0,
+                  answers: Iterable[Iterable[str] | str] | None = None, **options: Any) -> Portfolio:
     """T rounds of `policy` over one ranked pool: contexts, responses, per-round attributions and
     metrics (PR@T needs `answers`; without them it is nan). Options: see `run_portfolios`."""
     case = make_case(question, pool, answers)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
 from ascp.lm.generation import Generation, LogitMix, SamplingConfig
-from ascp.lm.protocol import model_name
+from ascp.lm.protocol import LanguageModel, SteerableModel, model_name
 from ascp.prompts import PromptTemplate
 from ascp.types import Passage
 
@@ -90,7 +90,7 @@ class SteerStreams:
 
 
 def steer_prompts(
-    lm,
+    lm: LanguageModel,
     question: str,
     context: Sequence[Passage],
     overused: Sequence[Passage],
@@ -169,7 +169,7 @@ def _steer_mix(config: SteerConfig, steered: Sequence[bool], streams: bool) -> L
 
 
 def generate_steered(
-    lm,
+    lm: LanguageModel,
     items: Sequence[EncodedPrompt | SteerStreams],
     sampling: SamplingConfig,
     seeds: Sequence[int],
@@ -196,7 +196,7 @@ def generate_steered(
         (item.full.ids, item.without.ids, item.only.ids) if streams and isinstance(item, SteerStreams) else (ids,)
         for item, ids in zip(items, full, strict=True)
     ]
-    if not callable(getattr(lm, "generate_streams", None)):
+    if not isinstance(lm, SteerableModel):
         raise AscpError(
             f"model {model_name(lm)!r} cannot steer: its backend decodes no lockstep streams (generate_streams); "
             "run without --steer or use a transformers model."

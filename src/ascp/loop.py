@@ -28,9 +28,11 @@ import numpy as np
 
 from ascp.attribution import make_estimator
 from ascp.attribution.base import Estimator, ProbeInput, read_scores
-from ascp.decoding import SteerConfig, generate_steered, overused_set, steer_prompts
+from ascp.decoding import SteerConfig, SteerStreams, generate_steered, overused_set, steer_prompts
 from ascp.errors import AscpError
+from ascp.lm.encoded import EncodedPrompt
 from ascp.lm.generation import SamplingConfig, derive_seed
+from ascp.lm.protocol import LanguageModel
 from ascp.prompts import PromptTemplate
 from ascp.schedulers import make_scheduler
 from ascp.schedulers.base import RoundFeedback, Scheduler, Selection
@@ -66,7 +68,7 @@ class _Job:
 
 
 def run_portfolios(
-    lm,
+    lm: LanguageModel,
     cases: Sequence[Case],
     config: LoopConfig,
     embed_fn: Callable[[Sequence[str]], np.ndarray],
@@ -110,11 +112,13 @@ def run_portfolios(
     return portfolios
 
 
-def _run_jobs(lm, jobs: list[_Job], config: LoopConfig, estimator: Estimator, progress) -> list[Round]:
-    prompts, items = [], []
+def _run_jobs(lm: LanguageModel, jobs: list[_Job], config: LoopConfig, estimator: Estimator, progress) -> list[Round]:
+    prompts: list[EncodedPrompt] = []
+    items: list[EncodedPrompt | SteerStreams] = []
     for job in jobs:
         passages = [job.case.passage(pid) for pid in job.selection.ids]
         what = f"case {job.case.id!r} round {job.round}"
+        item: EncodedPrompt | SteerStreams
         if job.overused:
             item = steer_prompts(lm, job.case.question, passages, [job.case.passage(pid) for pid in job.overused],
                                  config.template, job.selection.earlier_outputs)

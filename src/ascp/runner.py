@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ascp.lm.protocol import LanguageModel
 from ascp.loop import LoopConfig, run_portfolios
 from ascp.metrics import case_metrics
 from ascp.types import Case, Portfolio
@@ -27,7 +28,7 @@ def evaluate_portfolios(
 
 
 def run_policy(
-    lm, cases: Sequence[Case], config: LoopConfig, embed_fn: Callable[[Sequence[str]], np.ndarray],
+    lm: LanguageModel, cases: Sequence[Case], config: LoopConfig, embed_fn: Callable[[Sequence[str]], np.ndarray],
     progress: Callable[[int], None] | None = None,
 ) -> tuple[list[Portfolio], list[dict[str, Any]]]:
     """The portfolios (each with its `metrics`) and one row per case (pool + metrics)."""

@@ -10,11 +10,15 @@ first, so a backend with a prefix cache (`HFLanguageModel`) shares the common to
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ascp.lm.encoded import Edit, EncodedPrompt
 from ascp.params import Param
+
+if TYPE_CHECKING:
+    from ascp.lm.protocol import LanguageModel
 
 REUSE_PREFIX = Param("reuse_prefix", bool, True,
                      "share common token prefixes through the KV cache (false: naive passes)")
@@ -27,7 +31,8 @@ class Ablations:
     `tokens_processed` adds up what the model was fed over every `score` call.
     """
 
-    def __init__(self, lm, prompt: EncodedPrompt, response: Sequence[int], reuse_prefix: bool = True) -> None:
+    def __init__(self, lm: LanguageModel, prompt: EncodedPrompt, response: Sequence[int],
+                 reuse_prefix: bool = True) -> None:
         if not response:
             raise ValueError("the response must have at least one token")
         self.lm = lm

@@ -12,6 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -19,6 +20,9 @@ from numpy.typing import ArrayLike
 from ascp.lm.encoded import EncodedPrompt
 from ascp.params import Param
 from ascp.types import Passage
+
+if TYPE_CHECKING:
+    from ascp.lm.protocol import LanguageModel
 
 
 @dataclass(frozen=True)
@@ -55,7 +59,7 @@ class Estimator(ABC):
     params: tuple[Param, ...] = ()  # its options, declared once (`ascp estimators` prints them)
 
     @abstractmethod
-    def score(self, lm, item: ProbeInput) -> Scores:
+    def score(self, lm: LanguageModel, item: ProbeInput) -> Scores:
         """Raw score per passage (context order), with the tokens processed."""
 
 

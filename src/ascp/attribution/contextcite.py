@@ -9,11 +9,16 @@ multiply by the number of response tokens for ContextCite's native scale.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ascp.attribution.ablation import Ablations
 from ascp.attribution.base import Estimator, ProbeInput, Scores
 from ascp.params import Param
+
+if TYPE_CHECKING:
+    from ascp.lm.protocol import LanguageModel
 
 
 def logit_prob(sequence_logprob: float) -> float:
@@ -37,7 +42,7 @@ class ContextCite(Estimator):
         self.lasso_alpha = lasso_alpha
         self.seed = seed
 
-    def score(self, lm, item: ProbeInput) -> Scores:
+    def score(self, lm: LanguageModel, item: ProbeInput) -> Scores:
         from sklearn.linear_model import Lasso
         from sklearn.preprocessing import StandardScaler
 

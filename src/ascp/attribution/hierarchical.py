@@ -13,12 +13,16 @@ per refined group); default `refine_top`: 2 groups.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ascp.attribution.ablation import REUSE_PREFIX, Ablations
 from ascp.attribution.base import Estimator, ProbeInput, Scores
 from ascp.params import Param
+
+if TYPE_CHECKING:
+    from ascp.lm.protocol import LanguageModel
 
 
 class HierarchicalLOO(Estimator):
@@ -40,7 +44,7 @@ class HierarchicalLOO(Estimator):
         size = self.group_size or max(1, math.ceil(math.sqrt(k)))
         return [list(range(lo, min(k, lo + size))) for lo in range(0, k, size)]
 
-    def score(self, lm, item: ProbeInput) -> Scores:
+    def score(self, lm: LanguageModel, item: ProbeInput) -> Scores:
         k = len(item.passages)
         groups = self.groups(k)
         scorer = Ablations(lm, item.prompt, item.response_ids, reuse_prefix=self.reuse_prefix)

@@ -6,12 +6,17 @@ Scored through `Ablations` (the model seam; with transformers an exact shared-pr
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ascp.attribution.ablation import REUSE_PREFIX, Ablations
 from ascp.attribution.base import Estimator, ProbeInput, Scores
 from ascp.errors import AscpError
 from ascp.params import Param
+
+if TYPE_CHECKING:
+    from ascp.lm.protocol import LanguageModel
 
 # Neutral filler for in-place replacement: its words are repeated until the replaced prompt has
 # exactly the full prompt's token count, so every later token keeps its position.
@@ -29,7 +34,7 @@ class LeaveOneOut(Estimator):
     def __init__(self, reuse_prefix: bool = True) -> None:
         self.reuse_prefix = reuse_prefix
 
-    def score(self, lm, item: ProbeInput) -> Scores:
+    def score(self, lm: LanguageModel, item: ProbeInput) -> Scores:
         k = len(item.passages)
         ablations = Ablations(lm, item.prompt, item.response_ids, reuse_prefix=self.reuse_prefix)
         ablated = ablations.score([{i + 1: self.replacement(lm, item, i)} for i in range(k)])
@@ -41,7 +46,7 @@ class LeaveOneOut(Estimator):
             ablated_logprobs=np.array(ablated).reshape(k, len(full)),
         )
 
-    def replacement(self, lm, item: ProbeInput, index: int) -> str:
+    def replacement(self, lm: LanguageModel, item: ProbeInput, index: int) -> str:
         """The text that stands in for passage `index`'s block ("" deletes it)."""
         return ""
 
@@ -64,7 +69,7 @@ class Replacement(LeaveOneOut):
         super().__init__(reuse_prefix=reuse_prefix)
         self.filler = filler
 
-    def replacement(self, lm, item: ProbeInput, index: int) -> str:
+    def replacement(self, lm: LanguageModel, item: ProbeInput, index: int) -> str:
         if not self.filler.strip():
             return ""
         prompt, segment = item.prompt, index + 1

@@ -12,12 +12,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ascp.attribution.base import Estimator, ProbeInput, read_scores
 from ascp.errors import AscpError
 from ascp.lm.generation import SamplingConfig, derive_seed
 from ascp.prompts import PromptTemplate
 from ascp.types import AttributionRequest, AttributionResult, TokenLogprobs
+
+if TYPE_CHECKING:
+    from ascp.lm.protocol import LanguageModel
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,7 @@ class ProbeConfig:
 
 
 def prepare_inputs(
-    lm, requests: Sequence[AttributionRequest], config: ProbeConfig,
+    lm: LanguageModel, requests: Sequence[AttributionRequest], config: ProbeConfig,
     progress: Callable[[int], None] | None = None,
 ) -> list[ProbeInput]:
     """Encode prompts, check lengths, and generate the missing responses (free protocol)."""
@@ -69,7 +73,8 @@ def prepare_inputs(
     return out
 
 
-def attribute_one(lm, estimator: Estimator, request: AttributionRequest, item: ProbeInput, config: ProbeConfig):
+def attribute_one(lm: LanguageModel, estimator: Estimator, request: AttributionRequest, item: ProbeInput,
+                  config: ProbeConfig) -> AttributionResult:
     """Score one prepared request and package the result."""
     start = time.perf_counter()
     scored = estimator.score(lm, item)

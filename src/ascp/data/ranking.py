@@ -27,13 +27,9 @@ def _dense_scores(case: Case) -> np.ndarray:
 
 
 def _bm25_scores(case: Case) -> np.ndarray:
-    from ascp.attribution.base import ProbeInput
-    from ascp.attribution.proxies import BM25Proxy
-    from ascp.lm.encoded import EncodedPrompt
+    from ascp.attribution.proxies import bm25_scores
 
-    # BM25 reads only the question and the passages.
-    item = ProbeInput(case.question, case.pool, EncodedPrompt((), (), ()), "", ())
-    return BM25Proxy().score(None, item).values
+    return bm25_scores(case.question, case.pool)
 
 
 def rank_pools(cases: list[Case], rank_by: str = "dense") -> list[Case]:

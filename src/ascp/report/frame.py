@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ascp.stats import Estimate, crossed_bootstrap, paired_bootstrap, seed_means, seed_t_interval
+from ascp.types import Round
 
 PAIR_KEYS = ("task", "model", "seed", "query")
 CONDITION_FIELDS = ("condition", "policy", "scheduler", "k", "T", "arm", "estimator", "instruction", "steer", "eta")
@@ -35,14 +36,14 @@ def unit_frame(records: Sequence[dict[str, Any]]):
 
     rows = []
     for rec in records:
-        rounds = rec.get("rounds", [])
+        rounds = [Round.from_json(r) for r in rec.get("rounds", [])]
         row = {k: v for k, v in rec.items() if k not in ("rounds", "pool")}
         row["query"] = rec["case_id"]
-        has_cost = bool(rounds) and all("prompt_tokens" in r and r["prompt_tokens"] > 0 for r in rounds)
-        row["tokens"] = float(sum(r["prompt_tokens"] + r["response_tokens"] for r in rounds)) if has_cost else math.nan
-        row["latency"] = float(sum(r.get("generation_seconds", 0.0) for r in rounds)) if has_cost else math.nan
-        row["words"] = float(sum(len(r["response"].split()) for r in rounds))
-        fractions = [len(r["used"]) / len(r["context"]) for r in rounds if r["context"]]
+        has_cost = bool(rounds) and all(r.prompt_tokens > 0 for r in rounds)
+        row["tokens"] = float(sum(r.prompt_tokens + r.response_tokens for r in rounds)) if has_cost else math.nan
+        row["latency"] = float(sum(r.generation_seconds for r in rounds)) if has_cost else math.nan
+        row["words"] = float(sum(len(r.response.split()) for r in rounds))
+        fractions = [len(r.used) / len(r.context) for r in rounds if r.context]
         row["used_fraction"] = float(np.mean(fractions)) if fractions else math.nan
         rows.append(row)
     frame = pd.DataFrame(rows)
