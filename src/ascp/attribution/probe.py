@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from ascp.attribution.base import Estimator, ProbeInput, read_scores
 from ascp.errors import AscpError
+from ascp.lm.encoded import EncodedPrompt
 from ascp.lm.generation import SamplingConfig, derive_seed
 from ascp.prompts import PromptTemplate
 from ascp.types import AttributionRequest, AttributionResult, TokenLogprobs
@@ -32,6 +33,16 @@ class ProbeConfig:
     # None: the free-generation threshold tau(k) = 0.555 k^-0.633; a number: a fixed threshold.
     threshold: float | None = None
     batch_size: int = 8
+
+
+def sample_responses(
+    lm: LanguageModel, prompts: Sequence[EncodedPrompt], sampling: SamplingConfig, seeds: Sequence[int],
+    batch_size: int = 8, progress: Callable[[int], None] | None = None,
+) -> list[tuple[str, tuple[int, ...]]]:
+    """The free protocol's responses: one sample per prompt (its own seed), as (text, ids) with the
+    ids `tokenizer(text)` of the text reported (canonical); ids are empty for an empty response."""
+    gens = lm.generate([p.ids for p in prompts], sampling, seeds, batch_size, on_batch=progress)
+    return [(g.text, tuple(lm.encode(g.text))) for g in gens]
 
 
 def prepare_inputs(
@@ -53,19 +64,16 @@ def prepare_inputs(
         responses.append((r.response, ids))
     todo = [i for i, resp in enumerate(responses) if resp is None]
     if todo:
-        gens = lm.generate(
-            [prompts[i].ids for i in todo], config.sampling,
-            [derive_seed(config.seed, requests[i].id) for i in todo], config.batch_size, on_batch=progress,
-        )
-        for i, g in zip(todo, gens, strict=True):
-            ids = tuple(lm.encode(g.text))  # canonical: tokenizer(text) of the response it reports
+        seeds = [derive_seed(config.seed, requests[i].id) for i in todo]
+        sampled = sample_responses(lm, [prompts[i] for i in todo], config.sampling, seeds, config.batch_size, progress)
+        for i, (text, ids) in zip(todo, sampled, strict=True):
             if not ids:
                 raise AscpError(
                     f"request {requests[i].id!r}: the model generated an empty response; "
                     "try another seed or give the response."
                 )
             lm.check_fits(f"request {requests[i].id!r}", prompts[i].num_tokens, len(ids))
-            responses[i] = (g.text, ids)
+            responses[i] = (text, ids)
     out = []
     for r, p, resp in zip(requests, prompts, responses, strict=True):
         assert resp is not None  # every missing response was generated above

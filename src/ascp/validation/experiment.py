@@ -32,6 +32,7 @@ from typing import Any
 
 from ascp.attribution import ESTIMATOR_NAMES, make_estimator
 from ascp.attribution.base import ProbeInput, read_scores
+from ascp.attribution.probe import sample_responses
 from ascp.errors import AscpError
 from ascp.lm.generation import SamplingConfig, derive_seed
 from ascp.prompts import PromptTemplate
@@ -181,21 +182,21 @@ class _Runner:
         if protocol == "fixed":
             necessary = tuple(p.passage for p in self.builder.necessary(case))
             target_prompt = lm.encode_prompt(case.question, necessary, self.template)
-            gen = lm.generate([target_prompt.ids], cfg.sampling, [derive_seed(cfg.seed, case.id, "fixed-target")])[0]
-            todo = [(pool, prompt, gen) for pool, prompt in zip(pools, prompts, strict=True)]
+            seed = derive_seed(cfg.seed, case.id, "fixed-target")
+            target = sample_responses(lm, [target_prompt], cfg.sampling, [seed])
+            todo = [(pool, prompt, target[0]) for pool, prompt in zip(pools, prompts, strict=True)]
         else:
             ok = [(pool, prompt) for pool, prompt in zip(pools, prompts, strict=True)
                   if self.fits(pool, protocol, prompt.num_tokens, cfg.sampling.max_new_tokens)]
             seeds = [derive_seed(cfg.seed, request_id(p.case_id, p.width, p.padding)) for p, _ in ok]
-            gens = lm.generate([pr.ids for _, pr in ok], cfg.sampling, seeds, cfg.batch_size)
-            todo = [(pool, prompt, g) for (pool, prompt), g in zip(ok, gens, strict=True)]
+            sampled = sample_responses(lm, [pr for _, pr in ok], cfg.sampling, seeds, cfg.batch_size)
+            todo = [(pool, prompt, s) for (pool, prompt), s in zip(ok, sampled, strict=True)]
         out = []
-        for pool, prompt, g in todo:
-            ids = tuple(lm.encode(g.text))  # canonical: tokenizer(text) of the response it reports
+        for pool, prompt, (text, ids) in todo:
             if not ids:
                 self.skip(pool, protocol, "the model generated an empty response", "empty response")
             elif protocol == "free" or self.fits(pool, protocol, prompt.num_tokens, len(ids)):
-                out.append((pool, ProbeInput(pool.question, pool.context(), prompt, g.text, ids)))
+                out.append((pool, ProbeInput(pool.question, pool.context(), prompt, text, ids)))
         return out
 
     def score(self, protocol: str, pool: ControlledPool, item: ProbeInput) -> None:
