@@ -260,6 +260,88 @@ def demo(
         out.print(summary_table(means, title="demo: mean over questions"))
 
 
+@app.command("simulate")
+def simulate_command(
+    data: Annotated[Path, typer.Option("--data", help="Cases: generic JSONL or an ALCE-style ASQA JSON file.")],
+    policy: Annotated[str, typer.Option("--policy", help="Comma-separated policies, e.g. vanilla,rotate,ascp; "
+                                        "the first is the baseline of the comparison.")],
+    k: Annotated[int, typer.Option("--k", help="Passages per context.")],
+    T: Annotated[int, typer.Option("--T", help="Rounds per case.")],
+    consumer: Annotated[str, typer.Option("--consumer", help="toy(q=0.5), oracle or replay(run=RUN_DIR).")],
+    out_dir: Annotated[Path, typer.Option("--out", help="Output folder: one run folder per policy and "
+                                          "comparison.json.")],
+    format: Annotated[str, typer.Option("--format", help="auto or a format name (docs/data.md).")] = "auto",
+    rank_by: Annotated[str, typer.Option("--rank-by", help="auto, given, dense or bm25.")] = "auto",
+    limit: Annotated[int | None, typer.Option("--limit", help="Use only the first N cases.")] = None,
+    min_pool: Annotated[int | None, typer.Option("--min-pool", help="Keep cases with at least N passages.")] = None,
+    seed: SeedOpt = 0,
+    n_boot: Annotated[int, typer.Option("--n-boot", help="Bootstrap replicates per interval.")] = 2000,
+    cache: Annotated[Path | None, typer.Option("--cache", help="Embedding cache file (default: "
+                                               "$ASCP_HOME/embeddings/minilm.npz).")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an earlier simulation in --out.")] = False,
+) -> None:
+    """The closed loop with a model-free consumer in place of the generator and probe: seconds per policy."""
+    with user_errors():
+        from ascp.consumers import Replay, make_consumer
+        from ascp.data import load_cases
+        from ascp.embed import embed
+        from ascp.paths import ascp_home
+        from ascp.runio import check_out_dir
+        from ascp.schedulers import parse_scheduler
+        from ascp.simulate import (
+            EmbeddingCache,
+            compare,
+            pool_views,
+            simulate_portfolios,
+            split_policies,
+            write_simulation,
+        )
+
+        policies = split_policies(policy)
+        if not policies:
+            raise AscpError("--policy names no policy; give e.g. --policy vanilla,ascp.")
+        for name in policies:
+            parse_scheduler(name)
+        if k < 1 or T < 1:
+            raise AscpError(f"k and T must be at least 1 (got --k {k} --T {T}).")
+        reader = make_consumer(consumer, seed=seed)
+        check_out_dir(out_dir, overwrite=overwrite)
+        if (out_dir / "comparison.json").exists() and not overwrite:
+            raise AscpError(f"--out {out_dir} already holds a simulation; pass --overwrite to replace it.")
+        embedder = EmbeddingCache(embed, cache or ascp_home() / "embeddings" / "minilm.npz")
+        with err.status(f"loading {data.name}"):
+            cases = load_cases(data, format=format, rank_by=rank_by, limit=limit, min_pool=min_pool,
+                               embed_fn=embedder)
+        short = [c.id for c in cases if len(c.pool) < k]
+        if short:
+            raise AscpError(f"case {short[0]!r}: its pool has fewer than k={k} passages; pass --min-pool {k}.")
+        if isinstance(reader, Replay):
+            reader.check(cases, T)
+        with err.status(f"embedding {len(cases)} pools (cached in {embedder.path})"):
+            views = pool_views(cases, embedder)
+            embedder.save()
+        results = {}
+        with _progress() as bar:
+            for name in policies:
+                task = bar.add_task(name, total=len(cases))
+
+                def advance(n: int, task=task) -> None:
+                    bar.advance(task, n)
+
+                portfolios = simulate_portfolios(cases, name, k, T, reader, views, seed=seed, progress=advance)
+                results[portfolios[0].policy if portfolios else name] = portfolios
+        comparison = compare(results, n_boot=n_boot, seed=seed)
+        config = {"data": str(data), "format": format, "rank_by": rank_by, "limit": limit, "min_pool": min_pool,
+                  "k": k, "T": T, "consumer": reader.name, "seed": seed, "n_boot": n_boot, "cases": len(cases)}
+        write_simulation(out_dir, cases, results, config, comparison)
+        from ascp.display import simulation_table
+
+        out.print(simulation_table(comparison, title=f"{data.name}: {len(cases)} cases, k={k}, T={T}, "
+                                                      f"consumer {reader.name}"))
+        err.print(f"wrote {out_dir}/ (one run folder per policy) and comparison.json", markup=False,
+                  highlight=False)
+
+
 @app.command("pools")
 def pools_command(
     data: Annotated[Path, typer.Option("--data", help="Cases: generic JSONL or an ALCE-style ASQA JSON file.")],

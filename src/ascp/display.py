@@ -93,3 +93,26 @@ def density_table(results, rank_by: str, max_rank: int) -> Table:
                       fmt(d.attested_units, 1), *(fmt(d.bands[b]) for b in labels), fmt(d.head5_any),
                       fmt(d.head5_new), fmt(d.slope, 2))
     return table
+
+
+def simulation_table(comparison: dict, title: str) -> Table:
+    """`ascp simulate`: per policy the mean of each metric, and its difference from the baseline
+    with the 95% paired-bootstrap interval."""
+    from ascp.simulate import SIMULATION_METRICS
+
+    base = comparison["baseline"]
+    table = Table(title=title, caption=f"differences: policy - {base}, 95% paired bootstrap over cases",
+                  title_justify="left")
+    table.add_column("policy")
+    for metric in SIMULATION_METRICS:
+        table.add_column(metric, justify="right")
+    for name, row in comparison["policies"].items():
+        cells = []
+        for metric in SIMULATION_METRICS:
+            diff = row.get(f"{metric}_vs_{base}")
+            text = f"{row[metric]:.3f}"
+            if diff is not None:
+                text += f" ({diff['mean']:+.3f} [{diff['lo']:+.3f}, {diff['hi']:+.3f}])"
+            cells.append(text)
+        table.add_row(name, *cells)
+    return table

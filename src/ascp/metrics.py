@@ -136,6 +136,15 @@ def portfolio_recall(units: Sequence[AnswerUnit], responses: Sequence[str], matc
     return len(set().union(*per)) / len(units)
 
 
+def evidence_ceiling(units: Sequence[AnswerUnit], passages: Iterable[Passage], matcher: Matcher | None = None) -> float:
+    """Share of the gold units attested by at least one of `passages` (the passages offered in any
+    round), by the rule PR@T uses on responses (normalised contiguous-token alias match; claims via
+    `matcher`). It bounds what the generator could recover from its contexts: PR@T above it means
+    answers the passages do not contain. Empty `units`: ValueError."""
+    per = _recovered_per_response(units, [p.full_text for p in passages], matcher)
+    return len(set().union(*per)) / len(units)
+
+
 def best_single_recall(units: Sequence[AnswerUnit], responses: Sequence[str], matcher: Matcher | None = None) -> float:
     """max_t |{a in A : a asserted in y_t}| / |A| — the recall of the best single response (Sec. 3.1).
 
@@ -359,6 +368,7 @@ METRIC_KEYS: tuple[str, ...] = (
     "ecr",
     "offered",
     "used",
+    "ceiling",
     "groundedness",
     "distinct_1",
     "distinct_2",
@@ -379,8 +389,9 @@ def case_metrics(
     """Every metric of one portfolio, keyed by `METRIC_KEYS` (in that order; all floats).
 
     pr/best_single: `portfolio_recall`/`best_single_recall` of `case.units`; ecr:
-    `evidence_coverage_rate(theta)`; offered/used: `offered_count`/`used_count`; groundedness:
-    `lexical_groundedness` against each round's context looked up in `case.pool`; distinct_n;
+    `evidence_coverage_rate(theta)`; offered/used: `offered_count`/`used_count`; ceiling:
+    `evidence_ceiling` of the offered passages; groundedness: `lexical_groundedness` against each
+    round's context looked up in `case.pool`; distinct_n;
     self_bleu; semantic_diversity: nan when `response_embeddings` (one row per round, round order)
     is None; concentration: `utilisation_concentration`."""
     if portfolio.case_id != case.id:
@@ -401,6 +412,7 @@ def case_metrics(
         "ecr": evidence_coverage_rate(rounds, theta),
         "offered": float(offered_count(rounds)),
         "used": float(used_count(rounds)),
+        "ceiling": evidence_ceiling(case.units, [case.passage(pid) for pid in portfolio.offered], matcher),
         "groundedness": lexical_groundedness(responses, contexts),
         "distinct_1": distinct_n(responses, 1),
         "distinct_2": distinct_n(responses, 2),

@@ -53,14 +53,20 @@ def write_run(
     out: Path, cases: Sequence[Case], portfolios: Sequence[Portfolio], case_rows: Sequence[dict[str, Any]],
     config: dict[str, Any],
 ) -> dict[str, Any]:
-    summary = {"config": config, "cases": len(case_rows), "mean": summarize(case_rows)}
     with staged_folder(out) as tmp:
-        with (tmp / "rounds.jsonl").open("w", encoding="utf-8") as handle:
-            for p in portfolios:
-                for rec in round_records(p):
-                    handle.write(json.dumps(rec, ensure_ascii=False) + "\n")
-        with (tmp / "cases.jsonl").open("w", encoding="utf-8") as handle:
-            for row in case_rows:
-                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-        (tmp / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        return write_run_files(tmp, portfolios, case_rows, config)
+
+
+def write_run_files(folder: Path, portfolios: Sequence[Portfolio], case_rows: Sequence[dict[str, Any]],
+                    config: dict[str, Any]) -> dict[str, Any]:
+    """The three files of a run into an existing (staged) folder; returns the summary."""
+    summary = {"config": config, "cases": len(case_rows), "mean": summarize(case_rows)}
+    with (folder / "rounds.jsonl").open("w", encoding="utf-8") as handle:
+        for p in portfolios:
+            for rec in round_records(p):
+                handle.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    with (folder / "cases.jsonl").open("w", encoding="utf-8") as handle:
+        for row in case_rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    (folder / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return summary

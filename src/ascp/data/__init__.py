@@ -19,13 +19,17 @@ statistics only; portfolio runs need the default `True`, which rejects them with
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ascp.errors import AscpError
 from ascp.types import Case
+
+if TYPE_CHECKING:
+    import numpy as np
 
 FORMATS = ("auto", "jsonl", "asqa", "qampari", "eli5", "alce", "hotpotqa", "hotpotqa-ircot", "recipes")
 DEFAULT_ORDER = {"jsonl": "given", "asqa": "dense", "qampari": "dense", "eli5": "dense", "alce": "dense",
@@ -62,6 +66,7 @@ def _loader(fmt: str) -> Callable[..., list[Case]]:
 def load_cases(
     path: str | Path, format: str = "auto", rank_by: str = "auto", limit: int | None = None, *,
     require_pool: bool = True, depth: int | None = None, min_pool: int | None = None,
+    embed_fn: Callable[[Sequence[str]], np.ndarray] | None = None,
 ) -> list[Case]:
     """Read, order and (optionally) cut the cases in `path`.
 
@@ -70,6 +75,7 @@ def load_cases(
     the 24 a (k=2, T=12) rotation or a k=24 context needs without repeats. `depth`: keep the top
     `depth` passages of each pool after ordering (recipes: also extend the pool to `depth` from
     the corpus). `require_pool`: reject cases without passages (False: gold-only statistics).
+    `embed_fn`: the embedder of `dense` ranking (default: the embedded MiniLM).
     """
     from ascp.data.ranking import RANKERS, rank_pools
 
@@ -89,7 +95,7 @@ def load_cases(
     else:
         cases = [c for c in _loader(fmt)(path, limit=None, require_pool=require_pool, depth=depth)
                  if len(c.pool) >= min_pool][:limit]
-    cases = rank_pools(cases, DEFAULT_ORDER[fmt] if rank_by == "auto" else rank_by)
+    cases = rank_pools(cases, DEFAULT_ORDER[fmt] if rank_by == "auto" else rank_by, embed_fn)
     if depth is not None:
         cases = [replace(c, pool=c.pool[:depth]) for c in cases]
     return cases

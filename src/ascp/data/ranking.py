@@ -9,6 +9,7 @@ best) is stored on each passage (`Passage.rank`); re-ranking also stores its sco
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -19,20 +20,22 @@ from ascp.types import Case
 RANKERS = ("given", "dense", "bm25")
 
 
-def _dense_scores(case: Case) -> np.ndarray:
+def _dense_scores(case: Case, embed_fn: Callable[[Sequence[str]], np.ndarray] | None = None) -> np.ndarray:
     from ascp.embed import embed
 
-    vectors = embed([case.question, *(p.full_text for p in case.pool)])
+    vectors = (embed_fn or embed)([case.question, *(p.full_text for p in case.pool)])
     return vectors[1:] @ vectors[0]
 
 
-def _bm25_scores(case: Case) -> np.ndarray:
+def _bm25_scores(case: Case, embed_fn: object = None) -> np.ndarray:
     from ascp.attribution.proxies import bm25_scores
 
     return bm25_scores(case.question, case.pool)
 
 
-def rank_pools(cases: list[Case], rank_by: str = "dense") -> list[Case]:
+def rank_pools(cases: list[Case], rank_by: str = "dense",
+               embed_fn: Callable[[Sequence[str]], np.ndarray] | None = None) -> list[Case]:
+    """Order every pool by `rank_by`; `embed_fn` replaces the embedded MiniLM for `dense`."""
     if rank_by not in RANKERS:
         raise AscpError(f"unknown ranker {rank_by!r}; choose one of {', '.join(RANKERS)}.")
     ranked = []
@@ -40,7 +43,7 @@ def rank_pools(cases: list[Case], rank_by: str = "dense") -> list[Case]:
         if rank_by == "given" or not case.pool:
             pool = tuple(replace(p, rank=r) for r, p in enumerate(case.pool, start=1))
         else:
-            scores = (_dense_scores if rank_by == "dense" else _bm25_scores)(case)
+            scores = (_dense_scores if rank_by == "dense" else _bm25_scores)(case, embed_fn)
             order = np.argsort(-scores, kind="stable")
             pool = tuple(replace(case.pool[i], score=float(scores[i]), rank=r + 1) for r, i in enumerate(order))
         ranked.append(replace(case, pool=pool))

@@ -9,6 +9,7 @@ Definitions and the paper table each function serves: docs/statistics.md.
 
 from ._common import Estimate
 from .bootstrap import bootstrap_p, crossed_bootstrap, paired_bootstrap
+from .independence import IndependenceTest, consumption_independence
 from .meta import MetaAnalysis, paule_mandel, pooled_mean, prediction_interval
 from .multiplicity import bh_by_family, bh_fdr
 from .regression import partial_correlation, width_elasticity, within_query_correlation
@@ -16,10 +17,12 @@ from .seeds import seed_means, seed_t_interval
 
 __all__ = [
     "Estimate",
+    "IndependenceTest",
     "MetaAnalysis",
     "bh_by_family",
     "bh_fdr",
     "bootstrap_p",
+    "consumption_independence",
     "crossed_bootstrap",
     "paired_bootstrap",
     "partial_correlation",

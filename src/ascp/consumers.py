@@ -1,0 +1,182 @@
+"""Model-free consumers: what `ascp simulate` puts in place of the generator and the probe.
+
+A consumer reads one round's context and says which passages were used, as a probe reading
+(normalised scores over the context and the used set). Consumers:
+
+- `toy(q)` (Sec. 5.1): every shown passage is used independently with probability q, seeded per
+  (run seed, case, round, passage), so the same passage shown in the same round under two
+  policies gets the same draw (common random numbers).
+- `oracle`: uses exactly the answer-bearing passages of the context (those attesting at least one
+  gold unit by the PR@T rule).
+- `replay(RUN_DIR)`: the readings a real run's probe gave, looked up per case, round and passage
+  in `RUN_DIR/rounds.jsonl`. A passage the recorded run showed in that round keeps its recorded
+  reading; a passage it did not show then takes its reading from the nearest round in which the
+  recorded run showed it (earlier round on a tie); a passage the recorded run never showed for the
+  case is not used (normalised score 0).
+
+Normalised scores: used passages share the mass equally (1/|U_t| each; all zeros when nothing is
+used), except `replay`, which keeps the recorded scores. Your own consumer: any object with
+`name` and `consume(case, round, context, history) -> Consumption`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from ascp.errors import AscpError
+from ascp.lm.generation import derive_seed
+from ascp.params import Param, validate
+from ascp.schedulers.base import RoundFeedback
+from ascp.types import Case
+
+
+@dataclass(frozen=True)
+class Consumption:
+    """One round's reading by a consumer: normalised scores over the context and the used ids."""
+
+    normalized: dict[str, float]
+    used: tuple[str, ...]
+
+
+@runtime_checkable
+class Consumer(Protocol):
+    name: str
+
+    def consume(self, case: Case, round: int, context: Sequence[str],
+                history: Sequence[RoundFeedback]) -> Consumption:
+        """Which passages of `context` (round `round`, 1-based) are used, given the earlier rounds."""
+        ...
+
+
+def uniform_reading(context: Sequence[str], used: Sequence[str]) -> Consumption:
+    share = 1.0 / len(used) if used else 0.0
+    chosen = set(used)
+    return Consumption({d: share if d in chosen else 0.0 for d in context}, tuple(d for d in context if d in chosen))
+
+
+class Toy:
+    """Uses each shown passage independently with probability q (Sec. 5.1, Eq. 4)."""
+
+    params = (Param("q", float, 0.5, "probability that a shown passage is used, independently"),
+              Param("seed", int, 0, "seed of the draws"))
+
+    def __init__(self, q: float = 0.5, seed: int = 0) -> None:
+        if not 0.0 <= q <= 1.0:
+            raise AscpError(f"toy consumer: q must lie in [0, 1], got {q}.")
+        self.q, self.seed = q, seed
+        self.name = f"toy(q={q:g})"
+
+    def consume(self, case: Case, round: int, context: Sequence[str],
+                history: Sequence[RoundFeedback]) -> Consumption:
+        used = [d for d in context
+                if np.random.default_rng(derive_seed(self.seed, case.id, round, d)).random() < self.q]
+        return uniform_reading(context, used)
+
+
+class Oracle:
+    """Uses exactly the answer-bearing passages of each context."""
+
+    name = "oracle"
+    params: tuple[Param, ...] = ()
+
+    def __init__(self) -> None:
+        self._bearing: dict[str, set[str]] = {}
+
+    def consume(self, case: Case, round: int, context: Sequence[str],
+                history: Sequence[RoundFeedback]) -> Consumption:
+        if case.id not in self._bearing:
+            from ascp.data.matching import attestation_matrix
+
+            hits = np.atleast_1d(attestation_matrix(case.pool, case.units).any(axis=1)).tolist()
+            self._bearing[case.id] = {p.id for p, hit in zip(case.pool, hits, strict=True) if hit}
+        return uniform_reading(context, [d for d in context if d in self._bearing[case.id]])
+
+
+class Replay:
+    """The readings of a real run's probe (see the module docstring for unseen passages)."""
+
+    params = (Param("run", str, "", "run folder of `ascp run` whose rounds.jsonl is replayed"),)
+
+    def __init__(self, run: str) -> None:
+        path = Path(run) / "rounds.jsonl"
+        if not path.is_file():
+            raise AscpError(f"replay consumer: {path} does not exist; give the folder of an `ascp run` output.")
+        self.name = f"replay({run})"
+        # case -> passage -> [(round, normalised score, used)]
+        self.readings: dict[str, dict[str, list[tuple[int, float, bool]]]] = {}
+        self.rounds: dict[str, set[int]] = {}
+        with path.open(encoding="utf-8") as handle:
+            for n, line in enumerate(handle, start=1):
+                try:
+                    rec = json.loads(line)
+                    case_id, t, used = str(rec["case_id"]), int(rec["round"]), set(rec["used"])
+                    readings = {d: float(rec["normalized"].get(d, 0.0)) for d in rec["context"]}
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    raise AscpError(f"replay consumer: {path}:{n} is not a round record of `ascp run`.") from None
+                self.rounds.setdefault(case_id, set()).add(t)
+                for d, a in readings.items():
+                    self.readings.setdefault(case_id, {}).setdefault(d, []).append((t, a, d in used))
+
+    def check(self, cases: Sequence[Case], T: int) -> None:
+        """The replayed run must cover these cases and rounds 1..T (else one sentence)."""
+        missing = [c.id for c in cases if c.id not in self.rounds]
+        if missing:
+            raise AscpError(f"{self.name}: the recorded run has no rounds for case {missing[0]!r}; replay a run "
+                            "made on the same data file.")
+        short = [c.id for c in cases if not set(range(1, T + 1)) <= self.rounds[c.id]]
+        if short:
+            raise AscpError(f"{self.name}: the recorded run lacks some of rounds 1..{T} for case {short[0]!r}; "
+                            f"replay a run with at least T={T} rounds.")
+
+    def consume(self, case: Case, round: int, context: Sequence[str],
+                history: Sequence[RoundFeedback]) -> Consumption:
+        normalized, used = {}, []
+        for d in context:
+            seen = self.readings.get(case.id, {}).get(d)
+            if not seen:
+                normalized[d] = 0.0
+                continue
+            _, a, was_used = min(seen, key=lambda r: (abs(r[0] - round), r[0]))
+            normalized[d] = a
+            if was_used:
+                used.append(d)
+        return Consumption(normalized, tuple(used))
+
+
+CONSUMERS: dict[str, type[Toy] | type[Oracle] | type[Replay]] = {"toy": Toy, "oracle": Oracle, "replay": Replay}
+
+
+def make_consumer(spec: str, seed: int = 0) -> Consumer:
+    """`toy`, `toy(q=0.3)`, `oracle` or `replay(run=DIR)` (`replay(DIR)` also works)."""
+    from ascp.schedulers import parse_value
+
+    name, _, rest = spec.strip().partition("(")
+    name = name.strip()
+    if name not in CONSUMERS:
+        raise AscpError(f"unknown consumer {name!r}; choose one of {', '.join(CONSUMERS)} (e.g. toy(q=0.5)).")
+    if rest and not rest.endswith(")"):
+        raise AscpError(f"malformed consumer {spec!r}; write e.g. toy(q=0.5) or replay(run=runs/asqa).")
+    options: dict = {}
+    for part in filter(str.strip, rest[:-1].split(",") if rest else []):
+        key, sep, value = part.partition("=")
+        if not sep and name == "replay":
+            key, value = "run", part
+        elif not sep:
+            raise AscpError(f"malformed option {part.strip()!r} in consumer {spec!r}; write key=value.")
+        options[key.strip()] = value.strip() if name == "replay" else parse_value(value)
+    cls = CONSUMERS[name]
+    checked = validate(f"consumer {name!r}", cls.params, options)
+    if name == "toy":
+        checked.setdefault("seed", seed)
+    if name == "replay" and not checked.get("run"):
+        raise AscpError("replay consumer: give the run folder, e.g. replay(run=runs/asqa-ascp).")
+    return cls(**checked)
+
+
+__all__ = ["CONSUMERS", "Consumer", "Consumption", "Oracle", "Replay", "Toy", "make_consumer"]
