@@ -52,8 +52,11 @@ lint: setup
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
 
+# The peers go into .venv on top of the lock; the stamp is dropped so the next `make test` rebuilds
+# .venv exactly from requirements.lock.
 bench: setup
 	$(BIN)/pip install -q --require-hashes --no-deps -r requirements-bench.lock
+	rm -f $(STAMP)
 	$(BIN)/python benchmarks/probe_speed.py
 	$(BIN)/python benchmarks/loop_throughput.py
 

@@ -49,6 +49,9 @@ def test_passages_as_strings_passages_and_dicts(tiny_lm):
                          ([3.5], "give a dict, an ascp.Passage or a string")]:
         with pytest.raises(AscpError, match=message):
             ascp.attribute(QUESTION, bad, RESPONSE, model=tiny_lm)
+    for single in ("Canberra is the capital.", PASSAGES[0], Passage("a", "text")):
+        with pytest.raises(AscpError, match="must be a list of passages"):
+            ascp.attribute(QUESTION, single, RESPONSE, model=tiny_lm)
     with pytest.raises(AscpError, match="unknown estimator"):
         ascp.attribute(QUESTION, PASSAGES, RESPONSE, model=tiny_lm, estimator="nope")
     with pytest.raises(AscpError, match="unknown option"):
@@ -117,6 +120,11 @@ def test_run_portfolio_gives_rounds_metrics_and_records(tiny_lm):
     assert Portfolio.from_json(json.loads(json.dumps(pf.to_json()))).to_json() == pf.to_json()
     assert list(pf.to_pandas()["round"]) == [1, 2, 3]
     assert "data-" not in pf._repr_html_() and "rotate" in pf._repr_html_()
+    # A bare string is one answer; without answers PR@T and the ceiling are nan, not an error.
+    assert len(ascp.make_case(QUESTION, pool, "1899").units) == 1
+    bare = ascp.run_portfolio(QUESTION, pool, policy="vanilla", k=2, T=1, model=tiny_lm, max_new_tokens=4,
+                              embed_fn=_embed)
+    assert np.isnan(bare.metrics["pr"]) and np.isnan(bare.metrics["ceiling"]) and bare.metrics["offered"] == 2
     with pytest.raises(AscpError, match="fewer than k=7"):
         ascp.run_portfolio(QUESTION, pool, k=7, T=1, model=tiny_lm, embed_fn=_embed)
     with pytest.raises(AscpError, match="unknown scheduler"):

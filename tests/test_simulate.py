@@ -125,6 +125,14 @@ def test_replay_reproduces_a_recorded_run_and_documents_unseen_passages(tmp_path
         replay.check([Case(id="other", question="q", pool=cases[0].pool, units=cases[0].units)], 3)
 
 
+def test_replay_folder_names_are_taken_whole(tmp_path):
+    folder = tmp_path / "ascp_kappa=1,b"
+    folder.mkdir()
+    (folder / "rounds.jsonl").write_text("")
+    assert make_consumer(f"replay({folder})").name == f"replay({folder})"
+    assert make_consumer(f"replay(run={folder})").name == f"replay({folder})"
+
+
 def test_make_consumer_parses_and_refuses_bad_specs(tmp_path):
     assert isinstance(make_consumer("toy"), Toy) and make_consumer("toy(q=0.25)").q == 0.25
     assert make_consumer("toy(q=0.25)", seed=4).seed == 4 and make_consumer("toy(q=0.2,seed=9)").seed == 9
@@ -244,6 +252,8 @@ def test_simulate_command_writes_run_folders_and_refuses_bad_input(tmp_path):
                            (["--consumer", "toy(q=2)", "--policy", "vanilla"], "q must lie in [0, 1]"),
                            (["--consumer", f"replay({out / 'rotate'})", "--policy", "vanilla", "--T", "5"],
                             "lacks some of rounds 1..5"),
+                           (["--consumer", "oracle", "--policy", "vanilla,vanilla"], "names a policy twice"),
+                           (["--consumer", "oracle", "--policy", "vanilla", "--min-pool", "99"], "no case of"),
                            (["--consumer", "oracle", "--policy", "vanilla"], "already holds")]:
         target = out if message == "already holds" else tmp_path / "bad"
         bad = _cli("simulate", "--data", str(data), "--k", "3", "--T", "3", "--out", str(target), *extra,

@@ -42,6 +42,9 @@ def as_passages(items: Iterable[PassageLike], what: str = "passages") -> tuple[P
     """Passages from dicts, `Passage`s or strings, in the given order; ids must be unique."""
     from ascp.requests import parse_passages
 
+    if isinstance(items, (str, Mapping, Passage)):
+        raise AscpError(f"{what} must be a list of passages (dicts, ascp.Passage or strings), not a single "
+                        f"{type(items).__name__}; wrap it in a list.")
     raw: list[Any] = []
     for i, item in enumerate(items, start=1):
         if isinstance(item, Passage):
@@ -82,7 +85,7 @@ class Probe:
     def attribute(self, question: str, passages: Iterable[PassageLike], response: str | None = None,
                   id: str = "request") -> AttributionResult:
         """Which passages `response` relied on (None: generate the response first)."""
-        return self.attribute_many([{"id": id, "question": question, "passages": list(passages),
+        return self.attribute_many([{"id": id, "question": question, "passages": list(as_passages(passages)),
                                      "response": response}])[0]
 
     def attribute_many(
@@ -134,9 +137,12 @@ def attribute(question: str, passages: Iterable[PassageLike], response: str | No
 
 def make_case(question: str, pool: Iterable[PassageLike], answers: Iterable[Iterable[str] | str] | None = None,
               id: str = "question") -> Case:
-    """A `Case` from a question, a ranked pool and optional gold answers (each an alias list or a string)."""
+    """A `Case` from a question, a ranked pool and optional gold answers: a list of units, each an
+    alias list or a string (a bare string is one unit)."""
     if not isinstance(question, str) or not question.strip():
         raise AscpError("the question is empty; give a question.")
+    if isinstance(answers, str):  # one answer, not one unit per character
+        answers = [answers]
     units = []
     for j, answer in enumerate(answers or ()):
         aliases = (answer,) if isinstance(answer, str) else tuple(answer)

@@ -112,6 +112,9 @@ ModelOpt = Annotated[
     typer.Option("--model", help="'default' (embedded SmolLM2-135M), a model folder, a .gguf file or a cached hub id."),
 ]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for free-protocol generation and ContextCite masks.")]
+DataOpt = Annotated[Path, typer.Option("--data", help="Cases: generic JSONL or an ALCE-style ASQA JSON file.")]
+KOpt = Annotated[int, typer.Option("--k", help="Passages per context.")]
+TOpt = Annotated[int, typer.Option("--T", help="Rounds (generations) per case.")]
 ThresholdOpt = Annotated[
     float | None,
     typer.Option("--threshold", help="Fixed 'used' threshold on normalised scores; default tau(k) = 0.555 k^-0.633."),
@@ -178,11 +181,11 @@ def execute_run(
 
 @app.command()
 def run(
-    data: Annotated[Path, typer.Option("--data", help="Cases: generic JSONL or an ALCE-style ASQA JSON file.")],
+    data: DataOpt,
     policy: Annotated[str, typer.Option("--policy", help="Scheduler: vanilla, rotate, mmr, xquad, pm2, dpp, "
                                         "carriage, carriage-narrow, ascp (and ascp variants).")],
-    k: Annotated[int, typer.Option("--k", help="Passages per context.")],
-    T: Annotated[int, typer.Option("--T", help="Rounds (generations) per case.")],
+    k: KOpt,
+    T: TOpt,
     out_dir: Annotated[Path, typer.Option("--out", help="Output folder: rounds.jsonl, cases.jsonl, summary.json.")],
     format: Annotated[str, typer.Option("--format", help="auto, jsonl or asqa.")] = "auto",
     model: ModelOpt = "default",
@@ -262,11 +265,11 @@ def demo(
 
 @app.command("simulate")
 def simulate_command(
-    data: Annotated[Path, typer.Option("--data", help="Cases: generic JSONL or an ALCE-style ASQA JSON file.")],
+    data: DataOpt,
     policy: Annotated[str, typer.Option("--policy", help="Comma-separated policies, e.g. vanilla,rotate,ascp; "
                                         "the first is the baseline of the comparison.")],
-    k: Annotated[int, typer.Option("--k", help="Passages per context.")],
-    T: Annotated[int, typer.Option("--T", help="Rounds per case.")],
+    k: KOpt,
+    T: TOpt,
     consumer: Annotated[str, typer.Option("--consumer", help="toy(q=0.5), oracle or replay(run=RUN_DIR).")],
     out_dir: Annotated[Path, typer.Option("--out", help="Output folder: one run folder per policy and "
                                           "comparison.json.")],
@@ -282,7 +285,7 @@ def simulate_command(
 ) -> None:
     """The closed loop with a model-free consumer in place of the generator and probe: seconds per policy."""
     with user_errors():
-        from ascp.consumers import Replay, make_consumer
+        from ascp.consumers import Oracle, Replay, make_consumer
         from ascp.data import load_cases
         from ascp.embed import embed
         from ascp.paths import ascp_home
@@ -302,6 +305,8 @@ def simulate_command(
             raise AscpError("--policy names no policy; give e.g. --policy vanilla,ascp.")
         for name in policies:
             parse_scheduler(name)
+        if len(set(policies)) < len(policies):
+            raise AscpError(f"--policy {policy!r} names a policy twice; give each policy once.")
         if k < 1 or T < 1:
             raise AscpError(f"k and T must be at least 1 (got --k {k} --T {T}).")
         reader = make_consumer(consumer, seed=seed)
@@ -312,6 +317,11 @@ def simulate_command(
         with err.status(f"loading {data.name}"):
             cases = load_cases(data, format=format, rank_by=rank_by, limit=limit, min_pool=min_pool,
                                embed_fn=embedder)
+        if not cases:
+            raise AscpError(f"no case of {data} is left (--min-pool {min_pool}, --limit {limit}); relax the filters.")
+        if isinstance(reader, Oracle) and any(not u.aliases for c in cases for u in c.units):
+            raise AscpError(f"the oracle consumer needs answer aliases, and {data} has claim units (ELI5-style); "
+                            "use toy(q=...) or replay(...) for this data.")
         short = [c.id for c in cases if len(c.pool) < k]
         if short:
             raise AscpError(f"case {short[0]!r}: its pool has fewer than k={k} passages; pass --min-pool {k}.")

@@ -163,13 +163,15 @@ def make_consumer(spec: str, seed: int = 0) -> Consumer:
     if rest and not rest.endswith(")"):
         raise AscpError(f"malformed consumer {spec!r}; write e.g. toy(q=0.5) or replay(run=runs/asqa).")
     options: dict = {}
+    if name == "replay" and rest:  # a folder may hold '=' or ',': take it whole unless written run=...
+        inner = rest[:-1].strip()
+        folder = inner[len("run="):] if inner.startswith("run=") else inner
+        return Replay(folder) if folder else make_consumer("replay")
     for part in filter(str.strip, rest[:-1].split(",") if rest else []):
         key, sep, value = part.partition("=")
-        if not sep and name == "replay":
-            key, value = "run", part
-        elif not sep:
+        if not sep:
             raise AscpError(f"malformed option {part.strip()!r} in consumer {spec!r}; write key=value.")
-        options[key.strip()] = value.strip() if name == "replay" else parse_value(value)
+        options[key.strip()] = parse_value(value)
     cls = CONSUMERS[name]
     checked = validate(f"consumer {name!r}", cls.params, options)
     if name == "toy":

@@ -406,13 +406,15 @@ def case_metrics(
             raise ValueError(f"expected {len(responses)} embedding rows, got shape {emb.shape}")
         sem = semantic_diversity(emb)
     contexts = [[case.passage(pid) for pid in r.context] for r in rounds]
+    gold = bool(case.units)  # without gold units, recall and the ceiling are undefined (nan)
+    offered = [case.passage(pid) for pid in portfolio.offered]
     return {
-        "pr": portfolio_recall(case.units, responses, matcher),
-        "best_single": best_single_recall(case.units, responses, matcher),
+        "pr": portfolio_recall(case.units, responses, matcher) if gold else math.nan,
+        "best_single": best_single_recall(case.units, responses, matcher) if gold else math.nan,
         "ecr": evidence_coverage_rate(rounds, theta),
         "offered": float(offered_count(rounds)),
         "used": float(used_count(rounds)),
-        "ceiling": evidence_ceiling(case.units, [case.passage(pid) for pid in portfolio.offered], matcher),
+        "ceiling": evidence_ceiling(case.units, offered, matcher) if gold else math.nan,
         "groundedness": lexical_groundedness(responses, contexts),
         "distinct_1": distinct_n(responses, 1),
         "distinct_2": distinct_n(responses, 2),

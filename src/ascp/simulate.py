@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -75,15 +76,18 @@ def pool_views(cases: Sequence[Case], embed_fn: EmbedFn) -> dict[str, PoolView]:
 
 
 def simulation_metrics(case: Case, portfolio: Portfolio) -> dict[str, float]:
+    """offered, used, ECR, and the evidence ceilings (nan without gold units, or with claim units,
+    which need an NLI matcher)."""
     rounds = portfolio.rounds
     offered = [case.passage(d) for d in portfolio.offered]
     used = [case.passage(d) for d in dict.fromkeys(d for r in rounds for d in r.used)]
+    lexical = bool(case.units) and all(u.aliases for u in case.units)
     return {
         "offered": float(offered_count(rounds)),
         "used": float(used_count(rounds)),
         "ecr": evidence_coverage_rate(rounds),
-        "ceiling": evidence_ceiling(case.units, offered),
-        "used_ceiling": evidence_ceiling(case.units, used),
+        "ceiling": evidence_ceiling(case.units, offered) if lexical else math.nan,
+        "used_ceiling": evidence_ceiling(case.units, used) if lexical else math.nan,
     }
 
 
