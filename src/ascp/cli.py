@@ -70,7 +70,7 @@ def _experiment_progress(label: str):
 def run_attribution(
     input_path: Path, estimator_name: str, model: str, seed: int, out_path: Path | None,
     max_new_tokens: int, temperature: float, top_p: float, threshold: float | None,
-    instruction: str, device: str, show: bool,
+    instruction: str, device: str, show: bool, html_path: Path | None = None,
 ) -> None:
     from ascp.api import Probe, load_model
     from ascp.jsonio import write_jsonl
@@ -83,8 +83,9 @@ def run_attribution(
     settings: dict[str, Any] = dict(seed=seed, threshold=threshold, instruction=instruction, sampling=sampling)
     Probe(None, estimator_name, **settings)
     requests = load_requests(input_path)
-    if out_path is not None and not out_path.parent.exists():
-        raise AscpError(f"output folder {out_path.parent} does not exist; create it first.")
+    for target in (out_path, html_path):
+        if target is not None and not target.parent.exists():
+            raise AscpError(f"output folder {target.parent} does not exist; create it first.")
     with err.status(f"loading model {model!r}"):
         probe = Probe(load_model(model, device=device), estimator_name, **settings)
     with _progress() as bar:
@@ -96,6 +97,14 @@ def run_attribution(
     if out_path is not None:
         write_jsonl(out_path, (r.to_json() for r in results))
         err.print(f"wrote {len(results)} results to {out_path}")
+    if html_path is not None:
+        from ascp.jsonio import atomic_writer
+        from ascp.render.pages import attribution_page
+
+        page = attribution_page(results, {r.id: r.question for r in requests}, f"ascp attribute: {input_path.name}")
+        with atomic_writer(html_path) as handle:
+            handle.write(page)
+        err.print(f"wrote {html_path}")
     if show:
         from ascp.display import print_results
 
@@ -135,11 +144,13 @@ def attribute(
     instruction: Annotated[str, typer.Option("--instruction", help="commit or integrate.")] = "commit",
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
     show: Annotated[bool, typer.Option("--show", help="Also print a table per request.")] = False,
+    html: Annotated[Path | None, typer.Option("--html", help="Also write a self-contained page: each request's "
+                                              "passages shaded by their normalised score.")] = None,
 ) -> None:
     """Score how much a fixed (or freshly generated) response relied on each passage."""
     with user_errors():
         run_attribution(input, estimator, model, seed, out_path, max_new_tokens, temperature, top_p,
-                        threshold, instruction, device, show)
+                        threshold, instruction, device, show, html)
 
 
 def _validate_run_args(policy: str, k: int, T: int, estimator: str) -> None:
@@ -350,6 +361,45 @@ def simulate_command(
                                                       f"consumer {reader.name}"))
         err.print(f"wrote {out_dir}/ (one run folder per policy) and comparison.json", markup=False,
                   highlight=False)
+
+
+@app.command("view")
+def view_command(
+    directory: Annotated[Path, typer.Argument(help="An `ascp run` or `ascp simulate` output folder.")],
+    out_path: Annotated[Path | None, typer.Option("--out", help="The page (default: DIR/view.html).")] = None,
+) -> None:
+    """Write one self-contained page of a run: per case, round by round, the context with the used
+    passages marked, the response and the gold units it recovered; policies side by side."""
+    with user_errors():
+        import json
+
+        from ascp.data import load_cases
+        from ascp.jsonio import atomic_writer
+        from ascp.render.pages import run_folders, run_page
+
+        if not directory.is_dir():
+            raise AscpError(f"{directory} is not a folder; give the --out folder of `ascp run` or `ascp simulate`.")
+        runs = run_folders(directory)
+        if not runs:
+            raise AscpError(f"{directory} holds no run (rounds.jsonl, cases.jsonl, summary.json); give the --out "
+                            "folder of `ascp run` or `ascp simulate`.")
+        target = out_path or directory / "view.html"
+        if not target.parent.exists():
+            raise AscpError(f"output folder {target.parent} does not exist; create it first.")
+        config = json.loads((next(iter(runs.values())) / "summary.json").read_text(encoding="utf-8"))["config"]
+        data = Path(str(config.get("data", "")))
+        cases = None
+        if data.is_file():
+            with err.status(f"reading questions and answers from {data.name}"):
+                cases = {c.id: c for c in load_cases(data, format=config.get("format", "auto"), rank_by="given",
+                                                     require_pool=False)}
+        else:
+            err.print(f"note: the data file {data} is not here; the page shows no questions or answer units.",
+                      markup=False, highlight=False)
+        page = run_page(runs, cases, f"ascp view: {directory.name} ({', '.join(runs)})")
+        with atomic_writer(target) as handle:
+            handle.write(page)
+        err.print(f"wrote {target}", markup=False, highlight=False)
 
 
 @app.command("pools")

@@ -1,0 +1,133 @@
+"""Self-contained pages a person reads (inline CSS and script, no network): attributions
+(`ascp attribute --html`) and runs (`ascp view`), built from the same rows as the notebook views.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from ascp.render.html import STYLE, attribution_body
+from ascp.types import AttributionResult, Case, Round
+
+PAGE_STYLE = (
+    "<style>body{margin:16px}.ascp h2{font-size:15px;margin:18px 0 4px}"
+    ".ascp .case{border-top:1px solid #ccc;padding-top:6px}.ascp .hidden{display:none}"
+    ".ascp .bar{position:sticky;top:0;background:#fff;padding:6px 0;border-bottom:1px solid #ddd}"
+    ".ascp .units{color:#1f4f8f}.ascp .metrics{color:#555}</style>"
+)
+# Filter the sections by a search string (and, for attributions, to requests that used something).
+SCRIPT = """<script>
+(function () {
+  var box = document.getElementById('search'), only = document.getElementById('only-used');
+  function apply() {
+    var q = box.value.toLowerCase(), shown = 0;
+    document.querySelectorAll('[data-section]').forEach(function (el) {
+      var ok = el.textContent.toLowerCase().indexOf(q) >= 0 &&
+               (!only || !only.checked || el.querySelector("[data-used='1']"));
+      el.classList.toggle('hidden', !ok);
+      if (ok) shown += 1;
+    });
+    document.getElementById('count').textContent = shown + ' shown';
+  }
+  box.addEventListener('input', apply);
+  if (only) only.addEventListener('change', apply);
+  apply();
+  // Record the colour each passage is drawn in (what a reader sees; checked by the browser tests).
+  document.querySelectorAll('[data-passage]').forEach(function (el) {
+    el.setAttribute('data-shade', getComputedStyle(el).backgroundColor);
+  });
+  document.body.setAttribute('data-ready', '1');
+})();
+</script>"""
+
+
+def _page(title: str, bar: str, body: str) -> str:
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{escape(title)}</title>{STYLE}{PAGE_STYLE}"
+            f"</head><body><div class='ascp'><h1 style='font-size:18px'>{escape(title)}</h1>"
+            f"<div class='bar'>{bar} <span id='count'></span></div>{body}</div>{SCRIPT}</body></html>")
+
+
+def attribution_page(results: Sequence[AttributionResult], questions: Mapping[str, str], title: str) -> str:
+    """One section per request: the question, the response and every passage shaded by its
+    normalised score (used ones outlined, the raw score on hover)."""
+    sections = []
+    for r in results:
+        sections.append(
+            f"<div class='case' data-section='{escape(r.id)}'><h2>{escape(r.id)}: "
+            f"{escape(questions.get(r.id, ''))}</h2>{attribution_body(r)}</div>")
+    bar = ("<input id='search' placeholder='search questions, responses, passages' size='40'> "
+           "<label><input type='checkbox' id='only-used'> only requests with a used passage</label>")
+    return _page(title, bar, "".join(sections))
+
+
+# ----- runs --------------------------------------------------------------------------------------
+def read_run(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, list[Round]]]:
+    """(summary, case rows, rounds per case) of an `ascp run` / `ascp simulate` policy folder."""
+    summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    rows = [json.loads(line) for line in (folder / "cases.jsonl").read_text(encoding="utf-8").splitlines() if line]
+    rounds: dict[str, list[Round]] = {}
+    for line in (folder / "rounds.jsonl").read_text(encoding="utf-8").splitlines():
+        if line:
+            record = json.loads(line)
+            rounds.setdefault(str(record["case_id"]), []).append(Round.from_json(record))
+    return summary, rows, rounds
+
+
+def run_page(runs: Mapping[str, Path], cases: Mapping[str, Case] | None, title: str) -> str:
+    """Per case and policy, round by round: the context with used passages marked, the response,
+    the gold units the response recovered; the case's metrics; and a policy comparison on top."""
+    from ascp.metrics import _recovered_per_response
+
+    loaded = {name: read_run(path) for name, path in runs.items()}
+    metric_keys = ("pr", "ecr", "ceiling", "used_ceiling", "offered", "used")
+    head = "".join(f"<th>{k}</th>" for k in metric_keys)
+    comparison = []
+    for name, (summary, _, _) in loaded.items():
+        means = summary.get("mean", {})
+        cells = "".join(f"<td>{means[k]:.3f}</td>" if isinstance(means.get(k), (int, float)) else "<td>-</td>"
+                        for k in metric_keys)
+        comparison.append(f"<tr><td>{escape(name)}</td>{cells}</tr>")
+    body = [f"<table><tr><th>policy (mean over cases)</th>{head}</tr>{''.join(comparison)}</table>"]
+    case_ids = list(dict.fromkeys(str(row["case_id"]) for _, rows, _ in loaded.values() for row in rows))
+    for cid in case_ids:
+        case = (cases or {}).get(cid)
+        parts = [f"<div class='case' data-section='{escape(cid)}'><h2>{escape(cid)}"
+                 + (f": {escape(case.question)}" if case else "") + "</h2>"]
+        for name, (_, rows, rounds) in loaded.items():
+            row = next((r for r in rows if str(r["case_id"]) == cid), None)
+            if row is None:
+                continue
+            shown = ", ".join(f"{k} {row[k]:.3f}" for k in metric_keys if isinstance(row.get(k), (int, float)))
+            parts.append(f"<div><b>{escape(name)}</b> <span class='metrics'>{escape(shown)}</span></div>"
+                         "<table><tr><th>t</th><th>context (used in bold, *)</th><th>response</th>"
+                         "<th>units recovered</th></tr>")
+            units = case.units if case and case.units and all(u.aliases for u in case.units) else ()
+            for r in rounds.get(cid, []):
+                context = ", ".join(f"<b data-used='1'>{escape(d)}*</b>" if d in r.used
+                                    else f"<span data-used='0'>{escape(d)}</span>" for d in r.context)
+                found = _recovered_per_response(units, [r.response], None)[0] if units and r.response else set()
+                recovered = ", ".join(escape(units[i].aliases[0]) for i in sorted(found))
+                parts.append(f"<tr><td>{r.round}</td><td>{context}</td><td>{escape(r.response)}</td>"
+                             f"<td class='units'>{recovered}</td></tr>")
+            parts.append("</table>")
+        parts.append("</div>")
+        body.append("".join(parts))
+    bar = "<input id='search' placeholder='search cases, passages, responses' size='40'>"
+    return _page(title, bar, "".join(body))
+
+
+def run_folders(directory: Path) -> dict[str, Path]:
+    """The policy folders of an `ascp run` output (itself) or of an `ascp simulate` output (its
+    subfolders), keyed by policy name."""
+    def policy_of(folder: Path) -> str:
+        config = json.loads((folder / "summary.json").read_text(encoding="utf-8")).get("config", {})
+        return str(config.get("policy", folder.name))
+
+    if (directory / "rounds.jsonl").is_file():
+        return {policy_of(directory): directory}
+    return {policy_of(sub): sub for sub in sorted(directory.iterdir())
+            if sub.is_dir() and (sub / "rounds.jsonl").is_file() and (sub / "summary.json").is_file()}

@@ -1,0 +1,105 @@
+"""Pages a person reads, checked in a real browser: headless Chromium renders each page, and the
+test reads the rendered DOM (after the page's script ran), not the HTML source, and saves a
+screenshot. Skips where Chromium is absent (CI installs Debian's `chromium`)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ascp
+from ascp.consumers import Toy
+from ascp.render.pages import attribution_page, run_folders, run_page
+from ascp.simulate import compare, pool_views, simulate_portfolios, write_simulation
+from ascp.types import AnswerUnit, Case, Passage
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="needs headless Chromium (Debian package `chromium`)")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
+
+
+def browse(page: Path, tmp_path: Path, screenshot: Path | None = None) -> str:
+    """The DOM Chromium rendered for `page` (and a screenshot when asked)."""
+    profile = ["--user-data-dir=" + str(tmp_path / "chromium-profile")]
+    dom = subprocess.run([CHROMIUM, *FLAGS, *profile, "--dump-dom", page.as_uri()], capture_output=True, text=True,
+                         timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    if screenshot is not None:
+        shot = subprocess.run([CHROMIUM, *FLAGS, *profile, "--window-size=1200,900", f"--screenshot={screenshot}",
+                               page.as_uri()], capture_output=True, text=True, timeout=120)
+        assert shot.returncode == 0 and screenshot.stat().st_size > 5000, shot.stderr[-2000:]
+    return dom.stdout
+
+
+PASSAGES = [
+    {"id": "a", "title": "Mary Shelley", "text": "Mary Shelley wrote the novel, published in 1818."},
+    {"id": "b", "text": "The quick brown fox jumps over the lazy dog."},
+    {"id": "c", "title": "Edition", "text": "The first edition of 1899 names the author."},
+]
+
+
+@needs_chromium
+def test_attribution_page_renders_shaded_passages_and_used_marks(tiny_lm, tmp_path):
+    questions = {"q1": "Who wrote the novel?", "q2": "When was the first edition?"}
+    results = [ascp.Probe(tiny_lm, threshold=0.2).attribute(q, PASSAGES, "The author was born in 1850.", id=rid)
+               for rid, q in questions.items()]
+    page = tmp_path / "attribute.html"
+    page.write_text(attribution_page(results, questions, "test page"), encoding="utf-8")
+    dom = browse(page, tmp_path, tmp_path / "attribute.png")
+    assert "data-ready=\"1\"" in dom  # the page's script ran: this is the rendered DOM
+    blocks = re.findall(r"<div class=\"p[^\"]*\" data-passage=\"([^\"]+)\" data-used=\"(\d)\" "
+                        r"data-normalized=\"([0-9.]+)\"[^>]*data-shade=\"([^\"]*)\"", dom)
+    assert len(blocks) == 6
+    used = sum(len(r.used) for r in results)
+    assert sum(flag == "1" for _, flag, _, _ in blocks) == used >= 1
+    for _, _, norm, shade in blocks:  # drawn shaded exactly when the normalised score is positive
+        assert shade.startswith("rgba(255, 170, 0") == (float(norm) > 0), shade
+    assert dom.count("class=\"case\"") == 2 and "2 shown" in dom
+
+
+def fake_embed(texts):
+    v = np.array([np.random.default_rng(zlib.crc32(t.encode())).normal(size=8) for t in texts])
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+@needs_chromium
+def test_view_page_renders_rounds_with_used_passages_and_recovered_units(tmp_path):
+    cases = [Case(id=f"c{c}", question=f"question {c}?",
+                  pool=tuple(Passage(id=f"c{c}p{i}", text=f"passage {i} answer{i % 2}") for i in range(8)),
+                  units=(AnswerUnit("0", ("answer0",)), AnswerUnit("1", ("answer1",))))
+             for c in range(3)]
+    views = pool_views(cases, fake_embed)
+    results = {p[0].policy: p for p in (simulate_portfolios(cases, name, 2, 3, Toy(q=0.5), views)
+                                         for name in ("vanilla", "rotate"))}
+    write_simulation(tmp_path / "sim", cases, results, {"data": "absent.jsonl", "k": 2, "T": 3},
+                     compare(results, n_boot=100))
+    runs = run_folders(tmp_path / "sim")
+    assert list(runs) == ["rotate", "vanilla"]
+    page = tmp_path / "view.html"
+    page.write_text(run_page(runs, {c.id: c for c in cases}, "view test"), encoding="utf-8")
+    dom = browse(page, tmp_path, tmp_path / "view.png")
+    assert "data-ready=\"1\"" in dom and dom.count("class=\"case\"") == 3
+    used = sum(len(r.used) for ps in results.values() for p in ps for r in p.rounds)
+    shown = sum(len(r.context) for ps in results.values() for p in ps for r in p.rounds)
+    assert dom.count("data-used=\"1\"") == used and dom.count("data-used=\"0\"") == shown - used
+    assert "question 1?" in dom
+
+
+def test_view_and_html_commands_refuse_bad_input(tmp_path):
+    import os
+    import sys
+
+    env = {**os.environ, "ASCP_HOME": str(tmp_path)}
+    (tmp_path / "empty").mkdir()
+    for args, message in [(["view", str(tmp_path / "nope")], "is not a folder"),
+                          (["view", str(tmp_path / "empty")], "holds no run")]:
+        proc = subprocess.run([sys.executable, "-m", "ascp.cli", *args], capture_output=True, text=True, env=env,
+                              timeout=120)
+        assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
