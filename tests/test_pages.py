@@ -81,7 +81,7 @@ def test_view_page_renders_rounds_with_used_passages_and_recovered_units(tmp_pat
     write_simulation(tmp_path / "sim", cases, results, {"data": "absent.jsonl", "k": 2, "T": 3},
                      compare(results, n_boot=100))
     runs = run_folders(tmp_path / "sim")
-    assert list(runs) == ["rotate", "vanilla"]
+    assert list(runs) == ["vanilla", "rotate"]  # the simulation's order, baseline first
     page = tmp_path / "view.html"
     page.write_text(run_page(runs, {c.id: c for c in cases}, "view test"), encoding="utf-8")
     dom = browse(page, tmp_path, tmp_path / "view.png")

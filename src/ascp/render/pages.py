@@ -129,5 +129,10 @@ def run_folders(directory: Path) -> dict[str, Path]:
 
     if (directory / "rounds.jsonl").is_file():
         return {policy_of(directory): directory}
-    return {policy_of(sub): sub for sub in sorted(directory.iterdir())
-            if sub.is_dir() and (sub / "rounds.jsonl").is_file() and (sub / "summary.json").is_file()}
+    found = {policy_of(sub): sub for sub in sorted(directory.iterdir())
+             if sub.is_dir() and (sub / "rounds.jsonl").is_file() and (sub / "summary.json").is_file()}
+    comparison = directory / "comparison.json"
+    if comparison.is_file():  # the order the simulation compared them in, baseline first
+        order = list(json.loads(comparison.read_text(encoding="utf-8")).get("policies", {}))
+        found = dict(sorted(found.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
+    return found
