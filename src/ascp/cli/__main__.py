@@ -1,0 +1,3 @@
+from ascp.cli import main
+
+main()

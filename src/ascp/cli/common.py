@@ -1,0 +1,103 @@
+"""The typer app, the consoles, one-sentence error handling, progress bars and shared options."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from ascp.errors import AscpError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Evidence-aware portfolio RAG: probe, schedule, steer.",
+)
+err = Console(stderr=True)
+# Tables are wide; when output is not a terminal (CI logs, pipes) give rich room for them.
+out = Console() if sys.stdout.isatty() else Console(width=160)
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn an `AscpError` into one sentence on stderr and exit code 2 (no traceback)."""
+    try:
+        yield
+    except AscpError as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        err.print("interrupted; nothing was written.")
+        raise typer.Exit(130) from None
+
+
+def _progress():
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=err, transient=True,
+    )
+
+
+def _experiment_progress(label: str):
+    """(bar, on_start, progress) for `run_experiment`: a rounds bar that starts once the store is open."""
+    bar = _progress()
+    state: dict = {}
+
+    def on_start(rounds: int, done: int, total: int) -> None:
+        err.print(f"{label}: {done}/{total} units done; {total - done} to run", markup=False, highlight=False)
+        state["task"] = bar.add_task("rounds", total=rounds)
+
+    def progress(rounds: int, units: int) -> None:
+        if "task" in state:
+            bar.advance(state["task"], rounds)
+
+    return bar, on_start, progress
+
+
+
+Input = Annotated[Path, typer.Option("--input", help="JSONL of requests: id, question, passages, response (or null).")]
+EstimatorOpt = Annotated[
+    str, typer.Option("--estimator", help="loo, replace, hierarchical, contextcite, bm25, qd-cosine or yd-cosine.")
+]
+OutOpt = Annotated[Path, typer.Option("--out", help="Output JSONL, one result per request (written atomically).")]
+ModelOpt = Annotated[
+    str,
+    typer.Option("--model", help="'default' (embedded SmolLM2-135M), a model folder, a .gguf file or a cached hub id."),
+]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for free-protocol generation and ContextCite masks.")]
+DataOpt = Annotated[Path, typer.Option("--data", help="Cases: generic JSONL or an ALCE-style ASQA JSON file.")]
+KOpt = Annotated[int, typer.Option("--k", help="Passages per context.")]
+TOpt = Annotated[int, typer.Option("--T", help="Rounds (generations) per case.")]
+ThresholdOpt = Annotated[
+    float | None,
+    typer.Option("--threshold", help="Fixed 'used' threshold on normalised scores; default tau(k) = 0.555 k^-0.633."),
+]
+
+
+
+
+def _params_table(title: str, entries: list[tuple[str, list[tuple[str, str, str, str]]]]):
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for column in ("name", "option", "type", "default", "meaning"):
+        table.add_column(column)
+    for name, params in entries:
+        if not params:
+            table.add_row(name, "", "", "", "(no options)")
+        for i, (option, kind, default, meaning) in enumerate(params):
+            table.add_row(name if i == 0 else "", option, kind, default, meaning)
+    return table
+
+
+def main() -> None:
+    """Console-script entry point (typer handles usage errors with exit code 2)."""
+    app()

@@ -1,0 +1,191 @@
+"""`ascp experiment run/status/export`, `density`, `report` and `reproduce`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ascp.cli.common import (
+    _experiment_progress,
+    app,
+    err,
+    out,
+    user_errors,
+)
+from ascp.errors import AscpError
+
+experiment_app = typer.Typer(
+    no_args_is_help=True,
+    help="Declarative experiments: a YAML spec of tasks x models x seeds x conditions, run into a resumable store.",
+)
+app.add_typer(experiment_app, name="experiment")
+
+
+@experiment_app.command("run")
+def experiment_run(
+    spec: Annotated[Path, typer.Argument(help="YAML spec: name, tasks, models, seeds, grid or conditions.")],
+    out_dir: Annotated[Path, typer.Option("--out", help="Run store folder; rerun the same command to resume.")],
+    executor: Annotated[str, typer.Option("--executor", help="local (one process, batched) or ray.")] = "local",
+    workers: Annotated[int, typer.Option("--workers", help="Ray actors per model (each loads it once).")] = 1,
+    address: Annotated[str | None, typer.Option("--address", help="Join this Ray cluster; default: start a "
+                                                "local one.")] = None,
+    cpus_per_worker: Annotated[float, typer.Option("--cpus-per-worker", help="Ray: CPUs per actor.")] = 1.0,
+    gpus_per_worker: Annotated[float, typer.Option("--gpus-per-worker", help="Ray: GPUs per actor.")] = 0.0,
+) -> None:
+    """Run (or resume) every unit of an experiment spec; finished units are never redone or lost."""
+    from ascp.experiments.run import prepare, run_experiment
+
+    with user_errors():
+        plan = prepare(spec, executor, workers)
+        options: dict[str, Any] = (
+            {"cpus_per_worker": cpus_per_worker, "gpus_per_worker": gpus_per_worker} if executor == "ray" else {}
+        )
+        bar, on_start, progress = _experiment_progress(f"{plan.spec.name} ({executor})")
+
+        try:
+            with bar:
+                result = run_experiment(plan.spec, out_dir, executor=executor, workers=workers, address=address,
+                                        progress=progress, plan=plan, on_start=on_start, **options)
+        except KeyboardInterrupt:
+            err.print(f"interrupted; finished units are kept in {out_dir}; rerun the same command to resume.")
+            raise typer.Exit(130) from None
+        err.print(f"wrote {result.written} units; {result.done}/{result.total} done in {out_dir}/units.jsonl",
+                  markup=False, highlight=False)
+
+
+@experiment_app.command("status")
+def experiment_status(
+    directory: Annotated[Path, typer.Argument(help="A run store folder (the --out of `experiment run`).")],
+    groups: Annotated[bool, typer.Option("--groups/--no-groups", help="Also list task x model x seed x condition."
+                                         )] = True,
+) -> None:
+    """Show how many units of a run store are done, overall and per group."""
+    from rich.table import Table
+
+    from ascp.experiments.run import status
+
+    with user_errors():
+        info = status(directory)
+        if groups:
+            table = Table(title=f"{info['name']}: {directory}")
+            for column in ("task", "model", "seed", "condition", "done"):
+                table.add_column(column, justify="right" if column in ("seed", "done") else "left")
+            for g in info["groups"]:
+                table.add_row(g["task"], g["model"], str(g["seed"]), g["condition"], f"{g['done']}/{g['total']}")
+            out.print(table)
+        running = f" (being written by pid {info['writer_pid']})" if info["writer_pid"] else ""
+        out.print(f"{info['done']}/{info['total']} units done{running}", markup=False, highlight=False)
+
+
+@experiment_app.command("export")
+def experiment_export(
+    directory: Annotated[Path, typer.Argument(help="A run store folder (the --out of `experiment run`).")],
+) -> None:
+    """Write DIR/units.parquet (one row per unit) and DIR/rounds.parquet (one row per round)."""
+    from ascp.experiments.run import export
+
+    with user_errors():
+        paths = export(directory)
+        err.print(f"wrote {paths[0]} and {paths[1]}", markup=False, highlight=False)
+
+
+@app.command("density")
+def density_command(
+    data: Annotated[list[Path], typer.Option("--data", help="A data file; repeat --data for several tasks.")],
+    format: Annotated[str, typer.Option("--format", help="auto, jsonl, asqa, qampari, eli5, alce, hotpotqa, "
+                                        "hotpotqa-ircot or recipes (one format for every --data).")] = "auto",
+    rank_by: Annotated[str, typer.Option("--rank-by", help="Pool order: auto (the format's default), given, dense "
+                                         "or bm25.")] = "auto",
+    limit: Annotated[int | None, typer.Option("--limit", help="Use only the first N cases of each file.")] = None,
+    depth: Annotated[int | None, typer.Option("--depth", help="Pool depth (recipes: extend by BM25 over the "
+                                              "corpus; others: keep the top N).")] = None,
+    max_rank: Annotated[int, typer.Option("--max-rank", help="Deepest rank counted (N).")] = 30,
+    nli_model: Annotated[str | None, typer.Option("--nli-model", help="NLI cross-encoder (folder or cached name) "
+                                                  "to attest claim units (ELI5); default: claims are skipped.")] = None,
+    out_path: Annotated[Path | None, typer.Option("--out", help="Also write the densities as JSON.")] = None,
+) -> None:
+    """Relevance density per task (Table 3): rho by rank band, head-5 shares, gold units, log-log slope."""
+    with user_errors():
+        import json
+
+        from ascp.data import load_cases
+        from ascp.data.density import density_by_task
+
+        if max_rank < 5:
+            raise AscpError(f"--max-rank must be at least 5, got {max_rank}.")
+        if out_path is not None and not out_path.parent.exists():
+            raise AscpError(f"output folder {out_path.parent} does not exist; create it first.")
+        matcher = None
+        if nli_model is not None:
+            from ascp.data.matching import NLIMatcher
+
+            matcher = NLIMatcher(nli_model)
+        results: list[tuple] = []  # (file, density): one row per task per file
+        for path in data:
+            with err.status(f"loading and ranking {path.name}"):
+                cases = load_cases(path, format=format, rank_by=rank_by, limit=limit, require_pool=False, depth=depth)
+            with err.status(f"attesting gold units in {path.name}"):
+                results.extend((path, d) for d in density_by_task(cases, max_rank=max_rank, matcher=matcher))
+        from ascp.display import density_table
+
+        table = density_table(results, rank_by, max_rank)
+        out.print(table)
+        if out_path is not None:
+            from ascp.jsonio import atomic_writer
+
+            with atomic_writer(out_path) as handle:
+                json.dump([{"data": str(path), **d.to_json()} for path, d in results], handle, indent=2)
+            err.print(f"wrote {out_path}")
+
+
+@app.command("report")
+def report_command(
+    directory: Annotated[Path, typer.Argument(help="A run store folder (the --out of `ascp experiment run`).")],
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Report folder (default: DIR/report).")] = None,
+    n_boot: Annotated[int, typer.Option("--n-boot", help="Bootstrap replicates per interval.")] = 10_000,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap draws.")] = 0,
+    preset: Annotated[str | None, typer.Option("--preset", help="Also check the paper claims of this "
+                                               "`ascp reproduce` preset (e.g. cpu-small).")] = None,
+) -> None:
+    """Write paper-layout tables (markdown, LaTeX), PNG figures and an HTML page for an experiment run."""
+    from ascp.report import write_report
+    from ascp.reproduce import PRESET_CLAIMS, PRESETS
+
+    with user_errors():
+        if preset is not None and preset not in PRESET_CLAIMS:
+            raise AscpError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}.")
+        claims = PRESET_CLAIMS[preset] if preset else ()
+        title = f"ascp reproduce --preset {preset}" if preset else None
+        report = write_report(directory, out_dir, n_boot=n_boot, seed=seed, claims=claims, title=title)
+        err.print(f"{report.units}/{report.total} units; {len(report.tables)} tables "
+                  f"({', '.join(report.tables)}), {len(report.figures)} figures; open {report.out}/index.html",
+                  markup=False, highlight=False)
+
+
+@app.command("reproduce")
+def reproduce_command(
+    out_dir: Annotated[Path, typer.Option("--out", help="Run store and report folder; rerun to resume.")],
+    preset: Annotated[str, typer.Option("--preset", help="cpu-small: the paper's key contrasts on ASQA, "
+                                        "embedded model, < 60 min on 2 CPU cores.")] = "cpu-small",
+    data_root: Annotated[Path | None, typer.Option("--data-root", help="Folder holding asqa/ (default: $ASCP_DATA, "
+                                                   "else ../shared/data).")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", help="Queries per task (default: the preset's).")] = None,
+) -> None:
+    """Run a packaged reduction of the paper's experiments, then report which of its signs reproduce."""
+    from ascp.reproduce import reproduce
+
+    with user_errors():
+        bar, on_start, progress = _experiment_progress(preset)
+
+        try:
+            with bar:
+                result, report = reproduce(preset, out_dir, data_root, limit, progress=progress, on_start=on_start)
+        except KeyboardInterrupt:
+            err.print(f"interrupted; finished units are kept in {out_dir}; rerun the same command to resume.")
+            raise typer.Exit(130) from None
+        err.print(f"{result.done}/{result.total} units; report: {report.out}/index.html (tables: "
+                  f"{', '.join(report.tables)})", markup=False, highlight=False)
+
+

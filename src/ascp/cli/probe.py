@@ -1,0 +1,212 @@
+"""`ascp attribute`, `pools`, `validate-probe` and `estimators`: the probe and its validation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ascp.cli.common import (
+    EstimatorOpt,
+    Input,
+    ModelOpt,
+    OutOpt,
+    SeedOpt,
+    ThresholdOpt,
+    _params_table,
+    _progress,
+    app,
+    err,
+    out,
+    user_errors,
+)
+from ascp.errors import AscpError
+
+
+def run_attribution(
+    input_path: Path, estimator_name: str, model: str, seed: int, out_path: Path | None,
+    max_new_tokens: int, temperature: float, top_p: float, threshold: float | None,
+    instruction: str, device: str, show: bool, html_path: Path | None = None,
+) -> None:
+    from ascp.api import Probe, load_model
+    from ascp.jsonio import write_jsonl
+    from ascp.lm.generation import SamplingConfig
+    from ascp.requests import load_requests
+
+    # Everything that can be checked without the model is checked first (Probe's settings too,
+    # with a stand-in for the model).
+    sampling = SamplingConfig(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
+    settings: dict[str, Any] = dict(seed=seed, threshold=threshold, instruction=instruction, sampling=sampling)
+    Probe(None, estimator_name, **settings)
+    requests = load_requests(input_path)
+    for target in (out_path, html_path):
+        if target is not None and not target.parent.exists():
+            raise AscpError(f"output folder {target.parent} does not exist; create it first.")
+    with err.status(f"loading model {model!r}"):
+        probe = Probe(load_model(model, device=device), estimator_name, **settings)
+    with _progress() as bar:
+        free = sum(r.response is None for r in requests)
+        gen_task = bar.add_task("generating responses", total=free) if free else None
+        task = bar.add_task(f"probing ({probe.estimator.name})", total=len(requests))
+        results = probe.attribute_many(requests, on_generated=lambda n: bar.advance(gen_task, n),
+                                       on_scored=lambda n: bar.advance(task, n))
+    if out_path is not None:
+        write_jsonl(out_path, (r.to_json() for r in results))
+        err.print(f"wrote {len(results)} results to {out_path}")
+    if html_path is not None:
+        from ascp.jsonio import atomic_writer
+        from ascp.render.pages import attribution_page
+
+        page = attribution_page(results, {r.id: r.question for r in requests}, f"ascp attribute: {input_path.name}")
+        with atomic_writer(html_path) as handle:
+            handle.write(page)
+        err.print(f"wrote {html_path}")
+    if show:
+        from ascp.display import print_results
+
+        print_results(out, requests, results)
+
+
+
+@app.command()
+def attribute(
+    input: Input,
+    out_path: OutOpt,
+    estimator: EstimatorOpt = "loo",
+    model: ModelOpt = "default",
+    seed: SeedOpt = 0,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Generation limit (free protocol).")] = 128,
+    temperature: Annotated[float, typer.Option("--temperature")] = 0.7,
+    top_p: Annotated[float, typer.Option("--top-p")] = 1.0,
+    threshold: ThresholdOpt = None,
+    instruction: Annotated[str, typer.Option("--instruction", help="commit or integrate.")] = "commit",
+    device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
+    show: Annotated[bool, typer.Option("--show", help="Also print a table per request.")] = False,
+    html: Annotated[Path | None, typer.Option("--html", help="Also write a self-contained page: each request's "
+                                              "passages shaded by their normalised score.")] = None,
+) -> None:
+    """Score how much a fixed (or freshly generated) response relied on each passage."""
+    with user_errors():
+        run_attribution(input, estimator, model, seed, out_path, max_new_tokens, temperature, top_p,
+                        threshold, instruction, device, show, html)
+
+
+
+@app.command("pools")
+def pools_command(
+    data: Annotated[Path, typer.Option("--data", help="Cases: generic JSONL or an ALCE-style ASQA JSON file.")],
+    width: Annotated[int, typer.Option("--width", help="Passages per controlled context (K >= m).")],
+    padding: Annotated[str, typer.Option("--padding", help="off-query, same-query or duplicates.")],
+    out_path: Annotated[Path, typer.Option("--out", help="Output JSONL, one controlled pool per case.")],
+    m: Annotated[int, typer.Option("--m", help="Necessary passages (disjoint answer sets).")] = 2,
+    seed: SeedOpt = 0,
+    format: Annotated[str, typer.Option("--format", help="auto or a format name (docs/data.md).")] = "auto",
+    max_passage_words: Annotated[int, typer.Option(
+        "--max-passage-words", help="Longer passages are not eligible for any role (0: no limit).")] = 200,
+) -> None:
+    """Build controlled pools (Appendix C): m necessary passages plus padding, shuffled per case."""
+    with user_errors():
+        from ascp.data import load_cases
+        from ascp.jsonio import write_jsonl
+        from ascp.validation.pools import build_pools, check_pool_args, skip_summary
+
+        check_pool_args(width, padding, m)
+        if not out_path.parent.exists():
+            raise AscpError(f"output folder {out_path.parent} does not exist; create it first.")
+        cases = load_cases(data, format=format, rank_by="given")  # no pool choice depends on a ranking
+        built, skips = build_pools(cases, width, padding, m=m, seed=seed, max_words=max_passage_words)
+        reasons = "; ".join(f"{k}: {v}" for k, v in skip_summary(skips).items())
+        if not built:
+            raise AscpError(f"no eligible case in {data} for width {width} with {padding} padding ({reasons}).")
+        write_jsonl(out_path, (p.to_json() for p in built))
+        err.print(f"wrote {len(built)} pools to {out_path}; skipped {len(skips)} of {len(cases)} cases"
+                  + (f" ({reasons})" if skips else ""), markup=False, highlight=False)
+
+
+@app.command("validate-probe")
+def validate_probe(
+    data: Annotated[Path, typer.Option("--data", help="Cases: generic JSONL or an ALCE-style ASQA JSON file.")],
+    out_dir: Annotated[Path, typer.Option("--out", help="Output folder: scores.jsonl, responses.jsonl, "
+                                          "summary.json, results.md, figure-<protocol>.png.")],
+    widths: Annotated[str, typer.Option("--widths", help="Context widths, comma-separated.")] = "3,6,12,24",
+    paddings: Annotated[str, typer.Option("--paddings", help="off-query, same-query, duplicates.")]
+    = "off-query,same-query",
+    estimators: Annotated[str, typer.Option("--estimators", help="Comma-separated estimator names.")]
+    = "loo,replace,contextcite,bm25,qd-cosine,yd-cosine",
+    protocol: Annotated[str, typer.Option("--protocol", help="fixed, free, or fixed,free for both.")] = "fixed",
+    limit: Annotated[int | None, typer.Option("--limit", help="Use the first N eligible cases.")] = None,
+    m: Annotated[int, typer.Option("--m", help="Necessary passages per context.")] = 2,
+    seed: SeedOpt = 0,
+    model: ModelOpt = "default",
+    contextcite_ablations: Annotated[int, typer.Option("--contextcite-ablations")] = 32,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens")] = 64,
+    temperature: Annotated[float, typer.Option("--temperature")] = 0.7,
+    instruction: Annotated[str, typer.Option("--instruction", help="commit or integrate.")] = "commit",
+    max_minutes: Annotated[float | None, typer.Option(
+        "--max-minutes", help="Start no new case after this many minutes (the report says so).")] = None,
+    format: Annotated[str, typer.Option("--format", help="auto or a format name (docs/data.md).")] = "auto",
+    max_passage_words: Annotated[int, typer.Option("--max-passage-words")] = 200,
+    bootstrap: Annotated[int, typer.Option("--bootstrap", help="Cluster-bootstrap replicates.")] = 2000,
+    device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
+) -> None:
+    """Validate the probe on controlled pools (Sec. 4, Fig. 3): AUC, cover@m gain, operating-point transfer."""
+    with user_errors():
+        from ascp.attribution import ESTIMATOR_NAMES
+        from ascp.data import load_cases
+        from ascp.lm.generation import SamplingConfig
+        from ascp.lm.resolve import load_language_model
+        from ascp.runio import check_out_dir
+        from ascp.validation import experiment as vx
+        from ascp.validation.pools import PADDINGS
+        from ascp.validation.report import build_summary, write_outputs
+
+        if bootstrap < 100:
+            raise AscpError(f"--bootstrap must be at least 100, got {bootstrap}.")
+        config = vx.ValidationConfig(
+            widths=vx.parse_widths(widths), paddings=vx.parse_list(paddings, PADDINGS, "padding"),
+            estimators=vx.parse_list(estimators, ESTIMATOR_NAMES, "estimator"),
+            protocols=vx.parse_list(protocol, vx.PROTOCOLS, "protocol"), m=m, seed=seed, limit=limit,
+            contextcite_ablations=contextcite_ablations, instruction=instruction, max_minutes=max_minutes,
+            sampling=SamplingConfig(temperature=temperature, max_new_tokens=max_new_tokens),
+            max_words=max_passage_words,
+        )
+        config.check()
+        check_out_dir(out_dir)
+        cases = load_cases(data, format=format, rank_by="given")  # no pool choice depends on a ranking
+        _, selected = vx.select(cases, cases, config)
+        err.print(f"{len(selected)} eligible cases selected", markup=False, highlight=False)
+        with err.status(f"loading model {model!r}"):
+            lm = load_language_model(model, device=device)
+        run = vx.run_validation(lm, selected, cases, config, log=lambda s: err.print(s, markup=False, highlight=False))
+        def command(limit, max_minutes) -> str:
+            return " ".join(
+                ["ascp validate-probe", f"--data {data}", f"--out {out_dir}", f"--widths {widths}",
+                 f"--paddings {paddings}", f"--estimators {estimators}", f"--protocol {protocol}",
+                 *([f"--limit {limit}"] if limit else []), f"--m {m}", f"--seed {seed}", f"--model {model}",
+                 f"--contextcite-ablations {contextcite_ablations}", f"--max-new-tokens {max_new_tokens}",
+                 f"--temperature {temperature}", f"--instruction {instruction}",
+                 *([f"--max-minutes {max_minutes:g}"] if max_minutes else []), f"--format {format}",
+                 f"--max-passage-words {max_passage_words}", f"--bootstrap {bootstrap}",
+                 f"--device {device}"])
+
+        summary = build_summary(run, str(data), model, n_boot=bootstrap, command=command(limit, max_minutes))
+        summary["reproduce"] = command(len(run.cases), None)  # the same cases, without the time budget
+        write_outputs(out_dir, run, summary)
+        err.print(f"wrote {out_dir}/results.md, scores.jsonl, responses.jsonl, summary.json and figures "
+                  f"({len(run.cases)} cases, {run.seconds:.0f} s)", markup=False, highlight=False)
+
+
+# ----- ascp experiment: declarative specs -> resumable run store -> Parquet ---------------------
+
+
+
+@app.command("estimators")
+def estimators() -> None:
+    """List the attribution estimators with their options."""
+    from ascp.attribution import ESTIMATOR_NAMES, estimator_params
+    from ascp.params import describe
+
+    out.print(_params_table("estimators", [(n, describe(estimator_params(n))) for n in ESTIMATOR_NAMES]))
+
+

@@ -1,0 +1,287 @@
+"""`ascp run`, `demo`, `simulate`, `view` and `policies`: portfolios, simulations and their pages."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ascp.cli.common import (
+    DataOpt,
+    EstimatorOpt,
+    KOpt,
+    ModelOpt,
+    SeedOpt,
+    TOpt,
+    _params_table,
+    _progress,
+    app,
+    err,
+    out,
+    user_errors,
+)
+from ascp.errors import AscpError
+
+
+def _validate_run_args(policy: str, k: int, T: int, estimator: str) -> None:
+    from ascp.attribution import ESTIMATOR_NAMES
+    from ascp.schedulers import parse_scheduler
+
+    if k < 1 or T < 1:
+        raise AscpError(f"k and T must be at least 1 (got --k {k} --T {T}).")
+    parse_scheduler(policy)  # raises with the list of valid names
+    if estimator not in ESTIMATOR_NAMES:
+        raise AscpError(f"unknown estimator {estimator!r}; choose one of {', '.join(ESTIMATOR_NAMES)}.")
+
+
+def execute_run(
+    cases, policy: str, k: int, T: int, model: str, estimator: str, seed: int, max_new_tokens: int,
+    device: str, lm=None, steer=None,
+):
+    """Run one policy over loaded cases with a progress bar; returns (portfolios, case rows, lm).
+
+    `steer`: a `SteerConfig` for attribution-steered decoding from round 2 on, or None.
+    """
+    from ascp.api import load_model, run_portfolios
+
+    for case in cases:
+        if len(case.pool) < k:
+            raise AscpError(f"case {case.id!r}: its pool has {len(case.pool)} passages, fewer than k={k}.")
+    if lm is None:
+        with err.status(f"loading model {model!r}"):
+            lm = load_model(model, device=device)
+    with _progress() as bar:
+        task = bar.add_task(f"{policy} k={k} T={T}", total=len(cases) * T)
+        portfolios = run_portfolios(cases, policy=policy, k=k, T=T, model=lm, estimator=estimator, seed=seed,
+                                    max_new_tokens=max_new_tokens, steer=steer,
+                                    progress=lambda n: bar.advance(task, n))
+    rows = [{"case_id": p.case_id, "policy": p.policy, "pool": [d.id for d in case.pool], **p.metrics}
+            for case, p in zip(cases, portfolios, strict=True)]
+    return portfolios, rows, lm
+
+
+@app.command()
+def run(
+    data: DataOpt,
+    policy: Annotated[str, typer.Option("--policy", help="Scheduler: vanilla, rotate, mmr, xquad, pm2, dpp, "
+                                        "carriage, carriage-narrow, ascp (and ascp variants).")],
+    k: KOpt,
+    T: TOpt,
+    out_dir: Annotated[Path, typer.Option("--out", help="Output folder: rounds.jsonl, cases.jsonl, summary.json.")],
+    format: Annotated[str, typer.Option("--format", help="auto, jsonl or asqa.")] = "auto",
+    model: ModelOpt = "default",
+    estimator: EstimatorOpt = "loo",
+    seed: SeedOpt = 0,
+    limit: Annotated[int | None, typer.Option("--limit", help="Use only the first N cases.")] = None,
+    rank_by: Annotated[str, typer.Option("--rank-by", help="Pool order: auto (the format's default: given for "
+                                         "jsonl, dense for ASQA), given, dense or bm25.")] = "auto",
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens")] = 64,
+    device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
+    steer: Annotated[bool, typer.Option("--steer", help="Attribution-steered decoding (Eq. 5 + APC) from round 2 "
+                                        "on, away from passages the probe flagged as used.")] = False,
+    alpha: Annotated[float | None, typer.Option("--alpha", help="Steering strength, >= 0 (with --steer; "
+                                                "default 0.5).")] = None,
+    eta: Annotated[float | None, typer.Option("--eta", help="Plausibility cutoff in [0, 1) (with --steer; "
+                                              "default 0.1).")] = None,
+    contrast: Annotated[bool, typer.Option("--contrast/--no-contrast", help="With --steer: the Eq. 5 contrast "
+                                           "term (off: APC only).")] = True,
+    apc: Annotated[bool, typer.Option("--apc/--no-apc", help="With --steer: the adaptive plausibility "
+                                      "constraint (off: contrast only).")] = True,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the results of an earlier run in "
+                                            "--out.")] = False,
+) -> None:
+    """Run T rounds of one scheduling policy on every case and write the portfolio with its metrics."""
+    with user_errors():
+        from ascp.data import load_cases
+        from ascp.decoding import SteerConfig
+        from ascp.display import summary_table
+        from ascp.runio import check_out_dir, write_run
+
+        _validate_run_args(policy, k, T, estimator)
+        if limit is not None and limit < 1:
+            raise AscpError(f"--limit must be at least 1, got {limit}.")
+        if not steer and (alpha is not None or eta is not None or not contrast or not apc):
+            raise AscpError("--alpha, --eta, --no-contrast and --no-apc only apply with --steer; add --steer.")
+        steer_config = SteerConfig(alpha=0.5 if alpha is None else alpha, eta=0.1 if eta is None else eta,
+                                   contrast=contrast, apc=apc) if steer else None
+        check_out_dir(out_dir, overwrite=overwrite)
+        cases = load_cases(data, format=format, rank_by=rank_by, limit=limit)
+        portfolios, rows, _ = execute_run(cases, policy, k, T, model, estimator, seed, max_new_tokens, device,
+                                          steer=steer_config)
+        from ascp.lm.generation import SamplingConfig
+        run_config = {"data": str(data), "format": format, "rank_by": rank_by, "policy": policy, "k": k, "T": T,
+                      "model": model, "estimator": estimator, "seed": seed, "limit": limit,
+                      "sampling": SamplingConfig(max_new_tokens=max_new_tokens).__dict__,
+                      "steer": steer_config.to_json() if steer_config else None}
+        summary = write_run(out_dir, cases, portfolios, rows, run_config)
+        out.print(summary_table({policy: summary["mean"]}, title=f"{data.name}: {len(rows)} cases, k={k}, T={T}"))
+        err.print(f"wrote {out_dir}/rounds.jsonl, cases.jsonl, summary.json")
+
+
+@app.command()
+def demo(
+    model: ModelOpt = "default",
+    seed: SeedOpt = 0,
+    k: Annotated[int, typer.Option("--k")] = 2,
+    T: Annotated[int, typer.Option("--T")] = 4,
+) -> None:
+    """Compare ascp, rotate and vanilla portfolios on the bundled demo set (embedded defaults)."""
+    with user_errors():
+        from ascp.data import load_cases
+        from ascp.display import portfolio_panel, summary_table
+        from ascp.runio import summarize
+
+        path = Path(str(resources.files("ascp") / "resources" / "demo_cases.jsonl"))
+        cases = load_cases(path, format="jsonl")
+        out.print(f"[bold]ascp demo[/bold]: {len(cases)} ambiguous questions, policies ascp / rotate / vanilla, "
+                  f"k={k}, T={T}, model {model!r}, causal LOO probe\n")
+        lm, means = None, {}
+        for policy in ("ascp", "rotate", "vanilla"):
+            portfolios, rows, lm = execute_run(cases, policy, k, T, model, "loo", seed, 48, "auto", lm=lm)
+            for case, portfolio, row in zip(cases, portfolios, rows, strict=True):
+                out.print(portfolio_panel(case, portfolio, row))
+            means[policy] = summarize(rows)
+        out.print(summary_table(means, title="demo: mean over questions"))
+
+
+
+@app.command("simulate")
+def simulate_command(
+    data: DataOpt,
+    policy: Annotated[str, typer.Option("--policy", help="Comma-separated policies, e.g. vanilla,rotate,ascp; "
+                                        "the first is the baseline of the comparison.")],
+    k: KOpt,
+    T: TOpt,
+    consumer: Annotated[str, typer.Option("--consumer", help="toy(q=0.5), oracle or replay(run=RUN_DIR).")],
+    out_dir: Annotated[Path, typer.Option("--out", help="Output folder: one run folder per policy and "
+                                          "comparison.json.")],
+    format: Annotated[str, typer.Option("--format", help="auto or a format name (docs/data.md).")] = "auto",
+    rank_by: Annotated[str, typer.Option("--rank-by", help="auto, given, dense or bm25.")] = "auto",
+    limit: Annotated[int | None, typer.Option("--limit", help="Use only the first N cases.")] = None,
+    min_pool: Annotated[int | None, typer.Option("--min-pool", help="Keep cases with at least N passages.")] = None,
+    seed: SeedOpt = 0,
+    n_boot: Annotated[int, typer.Option("--n-boot", help="Bootstrap replicates per interval.")] = 2000,
+    cache: Annotated[Path | None, typer.Option("--cache", help="Embedding cache file (default: "
+                                               "$ASCP_HOME/embeddings/minilm.npz).")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an earlier simulation in --out.")] = False,
+) -> None:
+    """The closed loop with a model-free consumer in place of the generator and probe: seconds per policy."""
+    with user_errors():
+        from ascp.consumers import Oracle, Replay, make_consumer
+        from ascp.data import load_cases
+        from ascp.embed import embed
+        from ascp.paths import ascp_home
+        from ascp.runio import check_out_dir
+        from ascp.schedulers import parse_scheduler
+        from ascp.simulate import (
+            EmbeddingCache,
+            compare,
+            pool_views,
+            simulate_portfolios,
+            split_policies,
+            write_simulation,
+        )
+
+        policies = split_policies(policy)
+        if not policies:
+            raise AscpError("--policy names no policy; give e.g. --policy vanilla,ascp.")
+        for name in policies:
+            parse_scheduler(name)
+        if len(set(policies)) < len(policies):
+            raise AscpError(f"--policy {policy!r} names a policy twice; give each policy once.")
+        if k < 1 or T < 1:
+            raise AscpError(f"k and T must be at least 1 (got --k {k} --T {T}).")
+        reader = make_consumer(consumer, seed=seed)
+        check_out_dir(out_dir, overwrite=overwrite)
+        if (out_dir / "comparison.json").exists() and not overwrite:
+            raise AscpError(f"--out {out_dir} already holds a simulation; pass --overwrite to replace it.")
+        embedder = EmbeddingCache(embed, cache or ascp_home() / "embeddings" / "minilm.npz")
+        with err.status(f"loading {data.name}"):
+            cases = load_cases(data, format=format, rank_by=rank_by, limit=limit, min_pool=min_pool,
+                               embed_fn=embedder)
+        if not cases:
+            raise AscpError(f"no case of {data} is left (--min-pool {min_pool}, --limit {limit}); relax the filters.")
+        if isinstance(reader, Oracle) and any(not u.aliases for c in cases for u in c.units):
+            raise AscpError(f"the oracle consumer needs answer aliases, and {data} has claim units (ELI5-style); "
+                            "use toy(q=...) or replay(...) for this data.")
+        short = [c.id for c in cases if len(c.pool) < k]
+        if short:
+            raise AscpError(f"case {short[0]!r}: its pool has fewer than k={k} passages; pass --min-pool {k}.")
+        if isinstance(reader, Replay):
+            reader.check(cases, T)
+        with err.status(f"embedding {len(cases)} pools (cached in {embedder.path})"):
+            views = pool_views(cases, embedder)
+            embedder.save()
+        results = {}
+        with _progress() as bar:
+            for name in policies:
+                task = bar.add_task(name, total=len(cases))
+
+                def advance(n: int, task=task) -> None:
+                    bar.advance(task, n)
+
+                portfolios = simulate_portfolios(cases, name, k, T, reader, views, seed=seed, progress=advance)
+                results[portfolios[0].policy if portfolios else name] = portfolios
+        comparison = compare(results, n_boot=n_boot, seed=seed)
+        config = {"data": str(data), "format": format, "rank_by": rank_by, "limit": limit, "min_pool": min_pool,
+                  "k": k, "T": T, "consumer": reader.name, "seed": seed, "n_boot": n_boot, "cases": len(cases)}
+        write_simulation(out_dir, cases, results, config, comparison)
+        from ascp.display import simulation_table
+
+        out.print(simulation_table(comparison, title=f"{data.name}: {len(cases)} cases, k={k}, T={T}, "
+                                                      f"consumer {reader.name}"))
+        err.print(f"wrote {out_dir}/ (one run folder per policy) and comparison.json", markup=False,
+                  highlight=False)
+
+
+@app.command("view")
+def view_command(
+    directory: Annotated[Path, typer.Argument(help="An `ascp run` or `ascp simulate` output folder.")],
+    out_path: Annotated[Path | None, typer.Option("--out", help="The page (default: DIR/view.html).")] = None,
+) -> None:
+    """Write one self-contained page of a run: per case, round by round, the context with the used
+    passages marked, the response and the gold units it recovered; policies side by side."""
+    with user_errors():
+        import json
+
+        from ascp.data import load_cases
+        from ascp.jsonio import atomic_writer
+        from ascp.render.pages import run_folders, run_page
+
+        if not directory.is_dir():
+            raise AscpError(f"{directory} is not a folder; give the --out folder of `ascp run` or `ascp simulate`.")
+        runs = run_folders(directory)
+        if not runs:
+            raise AscpError(f"{directory} holds no run (rounds.jsonl, cases.jsonl, summary.json); give the --out "
+                            "folder of `ascp run` or `ascp simulate`.")
+        target = out_path or directory / "view.html"
+        if not target.parent.exists():
+            raise AscpError(f"output folder {target.parent} does not exist; create it first.")
+        config = json.loads((next(iter(runs.values())) / "summary.json").read_text(encoding="utf-8"))["config"]
+        data = Path(str(config.get("data", "")))
+        cases = None
+        if data.is_file():
+            with err.status(f"reading questions and answers from {data.name}"):
+                cases = {c.id: c for c in load_cases(data, format=config.get("format", "auto"), rank_by="given",
+                                                     require_pool=False)}
+        else:
+            err.print(f"note: the data file {data} is not here; the page shows no questions or answer units.",
+                      markup=False, highlight=False)
+        page = run_page(runs, cases, f"ascp view: {directory.name} ({', '.join(runs)})")
+        with atomic_writer(target) as handle:
+            handle.write(page)
+        err.print(f"wrote {target}", markup=False, highlight=False)
+
+
+
+@app.command("policies")
+def policies() -> None:
+    """List the scheduling policies with their options (use as `--policy 'name(option=value,...)'`)."""
+    from ascp.params import describe
+    from ascp.schedulers import SCHEDULER_NAMES, scheduler_params
+
+    out.print(_params_table("policies", [(n, describe(scheduler_params(n))) for n in SCHEDULER_NAMES]))
+
+
