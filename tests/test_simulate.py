@@ -133,6 +133,21 @@ def test_replay_folder_names_are_taken_whole(tmp_path):
     assert make_consumer(f"replay(run={folder})").name == f"replay({folder})"
 
 
+def test_replay_reads_one_condition_of_an_experiment_store(tmp_path, cases, views):
+    recorded = {name: simulate_portfolios(cases, name, 3, 2, Toy(q=0.5, seed=2), views)
+                for name in ("vanilla", "rotate")}
+    with (tmp_path / "units.jsonl").open("w") as handle:
+        for name, portfolios in recorded.items():
+            for p in portfolios:
+                handle.write(json.dumps({"case_id": p.case_id, "condition": f"{name}(k=3,T=2)",
+                                         "rounds": [r.to_json() for r in p.rounds]}) + "\n")
+    with pytest.raises(AscpError, match="give one of the store's conditions"):
+        make_consumer(f"replay({tmp_path})")
+    replay = make_consumer(f"replay(run={tmp_path},condition=rotate(k=3,T=2))")
+    again = simulate_portfolios(cases, "rotate", 3, 2, replay, views)
+    assert [[r.used for r in p.rounds] for p in again] == [[r.used for r in p.rounds] for p in recorded["rotate"]]
+
+
 def test_make_consumer_parses_and_refuses_bad_specs(tmp_path):
     assert isinstance(make_consumer("toy"), Toy) and make_consumer("toy(q=0.25)").q == 0.25
     assert make_consumer("toy(q=0.25)", seed=4).seed == 4 and make_consumer("toy(q=0.2,seed=9)").seed == 9
@@ -140,7 +155,7 @@ def test_make_consumer_parses_and_refuses_bad_specs(tmp_path):
     for spec, message in [("nope", "unknown consumer"), ("toy(q=1.5)", r"q must lie in \[0, 1\]"),
                           ("toy(q=x)", "bad option value"), ("toy(r=1)", "unknown option"),
                           ("toy(q=0.5", "malformed consumer"), ("replay", "give the run folder"),
-                          (f"replay({tmp_path})", "does not exist")]:
+                          (f"replay({tmp_path})", "holds neither rounds.jsonl")]:
         with pytest.raises(AscpError, match=message):
             make_consumer(spec)
 

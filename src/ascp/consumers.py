@@ -9,7 +9,8 @@ A consumer reads one round's context and says which passages were used, as a pro
 - `oracle`: uses exactly the answer-bearing passages of the context (those attesting at least one
   gold unit by the PR@T rule).
 - `replay(RUN_DIR)`: the readings a real run's probe gave, looked up per case, round and passage
-  in `RUN_DIR/rounds.jsonl`. A passage the recorded run showed in that round keeps its recorded
+  in `RUN_DIR/rounds.jsonl` (or, for an experiment store, the rounds of one condition:
+  `replay(run=STORE,condition=NAME)`). A passage the recorded run showed in that round keeps its recorded
   reading; a passage it did not show then takes its reading from the nearest round in which the
   recorded run showed it (earlier round on a tie); a passage the recorded run never showed for the
   case is not used (normalised score 0).
@@ -99,29 +100,50 @@ class Oracle:
 
 
 class Replay:
-    """The readings of a real run's probe (see the module docstring for unseen passages)."""
+    """The readings of a real run's probe (see the module docstring for unseen passages).
 
-    params = (Param("run", str, "", "run folder of `ascp run` whose rounds.jsonl is replayed"),)
+    `run`: an `ascp run` folder (its `rounds.jsonl`), or an experiment store (`units.jsonl` of
+    `ascp experiment run` / `ascp reproduce`), whose rounds of one `condition` are replayed (the
+    condition is needed when the store holds several).
+    """
 
-    def __init__(self, run: str) -> None:
-        path = Path(run) / "rounds.jsonl"
-        if not path.is_file():
-            raise AscpError(f"replay consumer: {path} does not exist; give the folder of an `ascp run` output.")
-        self.name = f"replay({run})"
+    params = (Param("run", str, "", "run folder of `ascp run`, or experiment store, to replay"),
+              Param("condition", str, "", "the store's condition whose rounds are replayed"))
+
+    def __init__(self, run: str, condition: str = "") -> None:
+        folder = Path(run)
+        self.name = f"replay({run}{', ' + condition if condition else ''})"
         # case -> passage -> [(round, normalised score, used)]
         self.readings: dict[str, dict[str, list[tuple[int, float, bool]]]] = {}
         self.rounds: dict[str, set[int]] = {}
-        with path.open(encoding="utf-8") as handle:
-            for n, line in enumerate(handle, start=1):
-                try:
-                    rec = json.loads(line)
-                    case_id, t, used = str(rec["case_id"]), int(rec["round"]), set(rec["used"])
-                    readings = {d: float(rec["normalized"].get(d, 0.0)) for d in rec["context"]}
-                except (ValueError, KeyError, TypeError, AttributeError):
-                    raise AscpError(f"replay consumer: {path}:{n} is not a round record of `ascp run`.") from None
-                self.rounds.setdefault(case_id, set()).add(t)
-                for d, a in readings.items():
-                    self.readings.setdefault(case_id, {}).setdefault(d, []).append((t, a, d in used))
+        if (folder / "rounds.jsonl").is_file():
+            for where, rec in _records(folder / "rounds.jsonl"):
+                self._add(where, rec, str(rec.get("case_id")))
+        elif (folder / "units.jsonl").is_file():
+            units = list(_records(folder / "units.jsonl"))
+            names = sorted({str(u.get("condition")) for _, u in units})
+            if not condition and len(names) == 1:
+                condition = names[0]
+            if condition not in names:
+                raise AscpError(f"replay consumer: give one of the store's conditions, e.g. "
+                                f"replay(run={run},condition={names[0]}); it holds: {'; '.join(names)}.")
+            for where, unit in units:
+                if unit.get("condition") == condition:
+                    for rec in unit.get("rounds", []):
+                        self._add(where, rec, str(unit.get("case_id")))
+        else:
+            raise AscpError(f"replay consumer: {folder} holds neither rounds.jsonl (`ascp run`) nor units.jsonl "
+                            "(an experiment store); give the folder of a run.")
+
+    def _add(self, where: str, rec: dict, case_id: str) -> None:
+        try:
+            t, used = int(rec["round"]), set(rec["used"])
+            readings = {d: float(rec["normalized"].get(d, 0.0)) for d in rec["context"]}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise AscpError(f"replay consumer: {where} is not a round record of a run.") from None
+        self.rounds.setdefault(case_id, set()).add(t)
+        for d, a in readings.items():
+            self.readings.setdefault(case_id, {}).setdefault(d, []).append((t, a, d in used))
 
     def check(self, cases: Sequence[Case], T: int) -> None:
         """The replayed run must cover these cases and rounds 1..T (else one sentence)."""
@@ -149,6 +171,18 @@ class Replay:
         return Consumption(normalized, tuple(used))
 
 
+def _records(path: Path):
+    """(where, record) for every JSON line of `path`; a line that does not parse is one sentence."""
+    with path.open(encoding="utf-8") as handle:
+        for n, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield f"{path}:{n}", json.loads(line)
+            except ValueError:
+                raise AscpError(f"replay consumer: {path}:{n} is not JSON.") from None
+
+
 CONSUMERS: dict[str, type[Toy] | type[Oracle] | type[Replay]] = {"toy": Toy, "oracle": Oracle, "replay": Replay}
 
 
@@ -165,8 +199,11 @@ def make_consumer(spec: str, seed: int = 0) -> Consumer:
     options: dict = {}
     if name == "replay" and rest:  # a folder may hold '=' or ',': take it whole unless written run=...
         inner = rest[:-1].strip()
-        folder = inner[len("run="):] if inner.startswith("run=") else inner
-        return Replay(folder) if folder else make_consumer("replay")
+        condition = ""
+        if inner.startswith("run="):
+            inner, sep, condition = inner[len("run="):].partition(",condition=")
+        folder = inner.strip()
+        return Replay(folder, condition.strip()) if folder else make_consumer("replay")
     for part in filter(str.strip, rest[:-1].split(",") if rest else []):
         key, sep, value = part.partition("=")
         if not sep:
