@@ -252,6 +252,11 @@ def test_simulate_command_writes_run_folders_and_refuses_bad_input(tmp_path):
     assert list(comparison["policies"]) == ["vanilla", "rotate", "ascp(kappa=1)"]
     assert comparison["policies"]["rotate"]["offered"] == 9.0
     assert "offered_vs_vanilla" in comparison["policies"]["rotate"] and comparison["independence"]["df"] == 2
+    report = _cli("report", str(out), home=tmp_path)
+    assert report.returncode == 0, report.stderr
+    table = (out / "report" / "tables" / "simulation.md").read_text()
+    assert "ascp(kappa=1)" in table and "[" in table and "overdispersion" in table
+    assert (out / "report" / "tables" / "simulation.tex").is_file() and (out / "report" / "index.html").is_file()
     rounds = [json.loads(x) for x in (out / "rotate" / "rounds.jsonl").read_text().splitlines()]
     assert len(rounds) == 12 and {"case_id", "context", "normalized", "used"} <= set(rounds[0])
     cases_rows = [json.loads(x) for x in (out / "ascp_kappa=1" / "cases.jsonl").read_text().splitlines()]

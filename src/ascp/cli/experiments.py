@@ -142,7 +142,8 @@ def density_command(
 
 @app.command("report")
 def report_command(
-    directory: Annotated[Path, typer.Argument(help="A run store folder (the --out of `ascp experiment run`).")],
+    directory: Annotated[Path, typer.Argument(help="A run store folder (the --out of `ascp experiment run`) or "
+                                              "an `ascp simulate` folder.")],
     out_dir: Annotated[Path | None, typer.Option("--out", help="Report folder (default: DIR/report).")] = None,
     n_boot: Annotated[int, typer.Option("--n-boot", help="Bootstrap replicates per interval.")] = 10_000,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap draws.")] = 0,
@@ -154,6 +155,12 @@ def report_command(
     from ascp.reproduce import PRESET_CLAIMS, PRESETS
 
     with user_errors():
+        if (directory / "comparison.json").is_file():  # an `ascp simulate` folder: its comparison table
+            from ascp.report.simulation import write_simulation_report
+
+            written = write_simulation_report(directory, out_dir)
+            err.print(f"1 table (simulation); open {written}/index.html", markup=False, highlight=False)
+            return
         if preset is not None and preset not in PRESET_CLAIMS:
             raise AscpError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}.")
         claims = PRESET_CLAIMS[preset] if preset else ()
