@@ -206,6 +206,22 @@ def test_independence_detects_policy_dependence_and_clustering():
         consumption_independence({"policy": policy, "shown": shown, "used": shown + 1})
 
 
+def test_independence_on_the_committed_real_run_store():
+    # The cpu-small reproduction (embedded model, 10 ASQA queries): the causal-probe conditions.
+    from pathlib import Path
+
+    from ascp.stats import consumption_rows
+
+    store = Path(__file__).resolve().parents[1] / "docs" / "results" / "cpu-small" / "units.jsonl"
+    records = [json.loads(line) for line in store.read_text().splitlines() if line]
+    loo = [r for r in records if r["estimator"] == "loo"]
+    rows = consumption_rows(loo)
+    assert rows["shown"].size == 200 and set(rows["shown"]) == {5.0}
+    test = consumption_independence(rows, by="condition")
+    assert test.df == 3 and test.rows == 200 and test.q == pytest.approx(0.294)
+    assert 0 <= test.chi2 < 5 and test.overdispersion < 1  # used counts far less variable than binomial
+
+
 # ----- the embedding cache and the command -------------------------------------------------------
 def test_embedding_cache_embeds_each_text_once_and_persists(tmp_path):
     calls = []

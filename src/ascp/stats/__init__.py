@@ -9,7 +9,7 @@ Definitions and the paper table each function serves: docs/statistics.md.
 
 from ._common import Estimate
 from .bootstrap import bootstrap_p, crossed_bootstrap, paired_bootstrap
-from .independence import IndependenceTest, consumption_independence
+from .independence import IndependenceTest, consumption_independence, consumption_rows
 from .meta import MetaAnalysis, paule_mandel, pooled_mean, prediction_interval
 from .multiplicity import bh_by_family, bh_fdr
 from .regression import partial_correlation, width_elasticity, within_query_correlation
@@ -23,6 +23,7 @@ __all__ = [
     "bh_fdr",
     "bootstrap_p",
     "consumption_independence",
+    "consumption_rows",
     "crossed_bootstrap",
     "paired_bootstrap",
     "partial_correlation",

@@ -60,3 +60,16 @@ def consumption_independence(data: Table, by: str = "policy", shown: str = "show
     dispersion = float(full.pearson_chi2 / full.df_resid) if full.df_resid > 0 else float("nan")
     return IndependenceTest(chi2=chi2, df=df, p=float(stats.chi2.sf(chi2, df)), overdispersion=dispersion,
                             rows=int(n.size), levels=int(levels.size), q=float(y.sum() / n.sum()))
+
+
+def consumption_rows(records, by: str = "condition") -> dict[str, np.ndarray]:
+    """The test's rows from run records (experiment-store units or `Portfolio.to_json()`-like
+    dicts with `rounds`): one per round with a non-empty context, the level taken from `by`."""
+    levels, shown, used = [], [], []
+    for record in records:
+        for rnd in record.get("rounds", []):
+            if rnd.get("context"):
+                levels.append(str(record[by]))
+                shown.append(len(rnd["context"]))
+                used.append(len(rnd["used"]))
+    return {by: np.array(levels), "shown": np.array(shown, dtype=float), "used": np.array(used, dtype=float)}
