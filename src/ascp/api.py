@@ -14,6 +14,7 @@ stand in for the model.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,12 @@ def load_model(spec: str = "default", device: str = "auto", dtype: str = "auto")
     from ascp.lm.resolve import load_language_model
 
     return load_language_model(spec, device=device, dtype=dtype)
+
+
+@functools.lru_cache(maxsize=1)
+def default_model() -> HFLanguageModel:
+    """The embedded default model, loaded once per process (what `model=None` means)."""
+    return load_model("default")
 
 
 def as_passages(items: Iterable[PassageLike], what: str = "passages") -> tuple[Passage, ...]:
@@ -128,9 +135,9 @@ def attribute(question: str, passages: Iterable[PassageLike], response: str | No
     """Score how much `response` (None: a response the model generates) relied on each passage.
 
     One call of `Probe(model, estimator, seed=seed, threshold=threshold, **options).attribute`;
-    `model=None` loads the embedded default.
+    `model=None` uses the embedded default, loaded once per process.
     """
-    probe = Probe(model if model is not None else load_model("default"), estimator, seed=seed,
+    probe = Probe(model if model is not None else default_model(), estimator, seed=seed,
                   threshold=threshold, **options)
     return probe.attribute(question, passages, response)
 
@@ -176,7 +183,7 @@ def run_portfolios(cases: Sequence[Case], *, policy: str = "ascp", k: int = 5, T
             raise AscpError(f"case {case.id!r}: its pool has {len(case.pool)} passages, fewer than k={k}.")
     config = LoopConfig(policy=policy, k=k, T=T, estimator=estimator, seed=seed, threshold=threshold,
                         sampling=SamplingConfig(max_new_tokens=max_new_tokens), steer=steer)
-    lm: LanguageModel = model if model is not None else load_model("default")
+    lm: LanguageModel = model if model is not None else default_model()
     return run_policy(lm, cases, config, embed_fn or embed, progress=progress)[0]
 
 
