@@ -1,0 +1,47 @@
+"""Adapters, tested with the real libraries' objects (no imitations of their classes)."""
+
+from __future__ import annotations
+
+import pytest
+
+import ascp
+from ascp.errors import AscpError
+
+langchain_core = pytest.importorskip("langchain_core", reason="LangChain is an optional extra: pip install "
+                                     "'ascp[langchain]'")
+from langchain_core.documents import Document  # noqa: E402
+from langchain_core.runnables import RunnableLambda  # noqa: E402
+
+from ascp.integrations.langchain import annotate_documents, attribution_step  # noqa: E402
+
+QUESTION = "Who wrote the novel and when was it published?"
+ANSWER = "The author was born in 1850 in a small town."
+DOCS = [
+    Document(page_content="Mary Shelley wrote the novel, published in 1818.", metadata={"title": "Shelley"},
+             id="shelley"),
+    Document(page_content="The quick brown fox jumps over the lazy dog.", metadata={"source": "web"}),
+    Document(page_content="The first edition of 1899 names the author.", metadata={"id": "ed", "title": "Edition"}),
+]
+
+
+def test_documents_come_back_annotated_with_the_probe_reading(tiny_lm):
+    probe = ascp.Probe(tiny_lm, threshold=0.2)
+    out = annotate_documents(QUESTION, DOCS, ANSWER, probe=probe)
+    assert all(isinstance(d, Document) for d in out) and [d.page_content for d in out] == [d.page_content for d in DOCS]
+    expected = probe.attribute(QUESTION, [{"id": "shelley", "title": "Shelley", "text": DOCS[0].page_content},
+                                          {"id": "2", "text": DOCS[1].page_content},
+                                          {"id": "ed", "title": "Edition", "text": DOCS[2].page_content}], ANSWER)
+    assert [d.metadata["ascp_score"] for d in out] == list(expected.scores.values())
+    assert [d.metadata["ascp_used"] for d in out] == [pid in expected.used for pid in expected.scores]
+    assert out[1].metadata["source"] == "web" and "ascp_score" not in DOCS[1].metadata  # copies, originals kept
+
+
+def test_attribution_step_runs_after_a_chain(tiny_lm):
+    probe = ascp.Probe(tiny_lm, threshold=0.2)
+    chain = RunnableLambda(lambda q: {"question": q, "context": DOCS, "answer": ANSWER}) | attribution_step(probe)
+    state = chain.invoke(QUESTION)
+    assert state["answer"] == ANSWER and len(state["context"]) == 3
+    assert all("ascp_normalized" in d.metadata for d in state["context"])
+    broken = RunnableLambda(lambda q: {"question": q, "docs": DOCS}) | attribution_step(probe)
+    with pytest.raises(AscpError, match="has no 'context', 'answer'"):
+        broken.invoke(QUESTION)
