@@ -166,3 +166,28 @@ def test_documented_examples_run_verbatim(doc, heading, capsys):
     else:
         assert namespace["att"].used == ("canberra",)
         assert len(namespace["results"]) == 2 and namespace["pf"].to_pandas().shape[0] == 3
+
+
+def test_citations_are_checked_against_the_reading(tiny_lm):
+    from ascp.citations import check_citations
+
+    att = ascp.Probe(tiny_lm, threshold=0.2).attribute(QUESTION, PASSAGES, RESPONSE)
+    used = set(att.used)
+    check = check_citations(att, "Born in 1850 [a][2], see also [c, 1].")
+    assert check.cited == ("a", "b", "c")
+    assert set(check.cited_and_used) == {"a", "b", "c"} & used
+    assert set(check.cited_not_used) == {"a", "b", "c"} - used and check.used_not_cited == ()
+    none = check_citations(att, "No citations here.")
+    assert none.cited == () and set(none.used_not_cited) == used and np.isnan(none.precision)
+    with pytest.raises(AscpError, match=r"citation \[7\] in the response names no passage"):
+        check_citations(att, "wrong [7]")
+
+
+def test_the_rag_metric_is_the_causal_used_fraction(tiny_lm):
+    from ascp.integrations.metric import metric
+
+    probe = ascp.Probe(tiny_lm, threshold=0.2)
+    contexts = [p["text"] for p in PASSAGES]
+    score = metric(probe)(QUESTION, RESPONSE, contexts)
+    att = probe.attribute(QUESTION, contexts, RESPONSE)
+    assert score == len(att.used) / 3 and 0.0 <= score <= 1.0
