@@ -191,3 +191,23 @@ def test_the_rag_metric_is_the_causal_used_fraction(tiny_lm):
     score = metric(probe)(QUESTION, RESPONSE, contexts)
     att = probe.attribute(QUESTION, contexts, RESPONSE)
     assert score == len(att.used) / 3 and 0.0 <= score <= 1.0
+
+
+def test_attribute_with_the_users_own_prompt(tiny_lm, tmp_path):
+    template = "Sources:\n{passages}Answer: {question}"
+    att = ascp.attribute(QUESTION, PASSAGES, RESPONSE, model=tiny_lm, template=template, system="Be brief.")
+    assert "Sources:\n" in att.prompt and "Be brief." in att.prompt
+    assert att.prompt.index("Be brief.") < att.prompt.index("Sources:")
+    default = ascp.attribute(QUESTION, PASSAGES, RESPONSE, model=tiny_lm)
+    assert att.scores != default.scores  # another prompt, another reading
+    with pytest.raises(AscpError, match="needs one {passages} slot"):
+        ascp.attribute(QUESTION, PASSAGES, RESPONSE, model=tiny_lm, template="Answer {question}")
+    import subprocess
+    import sys
+
+    requests = tmp_path / "r.jsonl"
+    requests.write_text(json.dumps({"id": "x", "question": QUESTION, "passages": PASSAGES, "response": RESPONSE}))
+    bad = subprocess.run([sys.executable, "-m", "ascp.cli", "attribute", "--input", str(requests), "--out",
+                          str(tmp_path / "o.jsonl"), "--template", "no slots {question}"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "needs one {passages} slot" in bad.stderr and not (tmp_path / "o.jsonl").exists()

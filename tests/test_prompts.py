@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -108,3 +110,44 @@ def test_instruction_changes_only_the_prefix(tiny_lm, prompt):
     other = tiny_lm.encode_prompt(QUESTION, PASSAGES, PromptTemplate.named("integrate"))
     assert other.segment_texts[0] != prompt.segment_texts[0]
     assert other.segment_texts[1:] == prompt.segment_texts[1:]
+
+
+# ----- the user's own prompt ---------------------------------------------------------------------
+def test_a_user_template_and_system_message_frame_the_prompt(tiny_lm):
+    template = PromptTemplate.from_format("Use these {{sources}}:\n{passages}Now answer: {question}",
+                                          passage_format="<{id}> {text}\n\n", system="You are terse.")
+    prompt = tiny_lm.encode_prompt(QUESTION, PASSAGES, template)
+    user = "Use these {sources}:\n" + "".join(f"<{p.id}> {p.text.strip()}\n\n" for p in PASSAGES) + \
+        f"Now answer: {QUESTION}"
+    rendered = tiny_lm.tokenizer.apply_chat_template(
+        [{"role": "system", "content": "You are terse."}, {"role": "user", "content": user}],
+        tokenize=False, add_generation_prompt=True)
+    assert prompt.text == rendered
+    assert list(prompt.ids) == tiny_lm.tokenizer(prompt.text, add_special_tokens=False)["input_ids"]
+    start, end = prompt.passage_char_spans()["p2"]
+    assert prompt.text[start:end] == "<p2> Percy Bysshe Shelley was an English Romantic poet.\n\n"
+
+
+@pytest.mark.parametrize(("template", "message"), [
+    ("Answer {question}", "needs one {passages} slot"),
+    ("{question} then {passages}", "needs one {passages} slot"),
+    ("{passages}{passages}{question}", "needs one {passages} slot"),
+    ("{passages} {question} {other}", "a slot other than"),
+])
+def test_a_template_without_its_slots_is_one_sentence(template, message):
+    with pytest.raises(AscpError, match=re.escape(message)):
+        PromptTemplate.from_format(template)
+
+
+def test_loo_stays_exact_under_a_user_template(tiny_lm, random_item):
+    from ascp.attribution.base import ProbeInput
+    from ascp.attribution.loo import LeaveOneOut
+
+    item = random_item(tiny_lm, 4, seed=90)
+    template = PromptTemplate.from_format("Docs:\n{passages}Q: {question}", passage_format="* {text}\n",
+                                          system="Be brief.")
+    prompt = tiny_lm.encode_prompt(item.question, item.passages, template)
+    custom = ProbeInput(item.question, item.passages, prompt, item.response_text, item.response_ids)
+    cached, naive = LeaveOneOut().score(tiny_lm, custom), LeaveOneOut(reuse_prefix=False).score(tiny_lm, custom)
+    np.testing.assert_allclose(cached.values, naive.values, rtol=0, atol=1e-5)
+    assert cached.tokens_processed < naive.tokens_processed

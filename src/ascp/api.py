@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ascp.lm.generation import SamplingConfig
     from ascp.lm.hf import HFLanguageModel
     from ascp.lm.protocol import LanguageModel
+    from ascp.prompts import PromptTemplate
     from ascp.schedulers.base import EmbedFn
 
 PassageLike = Passage | Mapping[str, Any] | str
@@ -71,22 +72,25 @@ class Probe:
     estimator: `loo` (default), `replace`, `hierarchical`, `contextcite`, `bm25`, `qd-cosine`,
         `yd-cosine` (see `ascp estimators`); `estimator_options` are its parameters.
     threshold: the used threshold on normalised scores (None: tau(k) = 0.555 k^-0.633).
-    instruction: `commit` or `integrate`; sampling: how missing responses are generated.
+    instruction: `commit` or `integrate`; template: your own prompt instead (a format string with
+        `{passages}` then `{question}`, see `PromptTemplate.from_format`, or a `PromptTemplate`);
+    system: a system message; sampling: how missing responses are generated.
     """
 
     def __init__(self, model: LanguageModel | None, estimator: str = "loo", *, seed: int = 0,
                  threshold: float | None = None, instruction: str = "commit", sampling: SamplingConfig | None = None,
-                 batch_size: int = 8, **estimator_options: Any) -> None:
+                 batch_size: int = 8, template: PromptTemplate | str | None = None, system: str = "",
+                 **estimator_options: Any) -> None:
         from ascp.attribution import make_estimator
         from ascp.attribution.probe import ProbeConfig
         from ascp.lm.generation import SamplingConfig
-        from ascp.prompts import PromptTemplate
 
         if estimator == "contextcite":
             estimator_options.setdefault("seed", seed)
         self.estimator = make_estimator(estimator, **estimator_options)
         self.model = model
-        self.config = ProbeConfig(template=PromptTemplate.named(instruction), sampling=sampling or SamplingConfig(),
+        self.config = ProbeConfig(template=prompt_template(instruction, template, system),
+                                  sampling=sampling or SamplingConfig(),
                                   seed=seed, threshold=threshold, batch_size=batch_size)
 
     def attribute(self, question: str, passages: Iterable[PassageLike], response: str | None = None,
@@ -113,6 +117,20 @@ class Probe:
             if on_scored:
                 on_scored(1)
         return results
+
+
+def prompt_template(instruction: str = "commit", template: PromptTemplate | str | None = None,
+                    system: str = "") -> PromptTemplate:
+    """The prompt: a named instruction, or the user's own template, with an optional system message."""
+    from dataclasses import replace
+
+    from ascp.prompts import PromptTemplate
+
+    if isinstance(template, PromptTemplate):
+        return replace(template, system=system or template.system)
+    if template is not None:
+        return PromptTemplate.from_format(template, system=system)
+    return replace(PromptTemplate.named(instruction), system=system)
 
 
 def _as_request(index: int, request: AttributionRequest | Mapping[str, Any]) -> AttributionRequest:
@@ -162,7 +180,8 @@ def make_case(question: str, pool: Iterable[PassageLike], answers: Iterable[Iter
 def run_portfolios(cases: Sequence[Case], *, policy: str = "ascp", k: int = 5, T: int = 5,
                    model: LanguageModel | None = None, estimator: str = "loo", seed: int = 0,
                    max_new_tokens: int = 64, steer: SteerConfig | None = None, threshold: float | None = None,
-                   embed_fn: EmbedFn | None = None,
+                   embed_fn: EmbedFn | None = None, template: PromptTemplate | str | None = None,
+                   system: str = "", instruction: str = "commit",
                    progress: Callable[[int], None] | None = None) -> list[Portfolio]:
     """T rounds of `policy` on every case, each portfolio with its metrics (what `ascp run` does).
 
@@ -182,6 +201,7 @@ def run_portfolios(cases: Sequence[Case], *, policy: str = "ascp", k: int = 5, T
         if len(case.pool) < k:
             raise AscpError(f"case {case.id!r}: its pool has {len(case.pool)} passages, fewer than k={k}.")
     config = LoopConfig(policy=policy, k=k, T=T, estimator=estimator, seed=seed, threshold=threshold,
+                        template=prompt_template(instruction, template, system),
                         sampling=SamplingConfig(max_new_tokens=max_new_tokens), steer=steer)
     lm: LanguageModel = model if model is not None else default_model()
     return run_policy(lm, cases, config, embed_fn or embed, progress=progress)[0]

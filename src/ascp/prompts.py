@@ -42,6 +42,34 @@ class PromptTemplate:
     untitled_passage_format: str = "[{id}]\n{text}\n\n"
     question_format: str = "Question: {question}"
     earlier_format: str = "Earlier answers to this question (give a different one):\n{answers}\n\n"
+    system: str = ""  # the system message of the chat ("": none)
+    prefix: str | None = None  # a user template's literal text before the passages (replaces the instruction)
+
+    @classmethod
+    def from_format(cls, template: str, passage_format: str | None = None, system: str = "") -> PromptTemplate:
+        """A user's own prompt: a Python format string with a `{passages}` slot (where the passage
+        blocks go, in context order) followed by a `{question}` slot, e.g.
+        "Context:\n{passages}\nAnswer briefly: {question}". `passage_format` formats each block
+        (fields {id}, {title}, {text}; default: ascp's "[id] title\ntext\n\n"). The probe removes
+        one block at a time from this prompt and stays exact."""
+        head, slot, rest = template.partition("{passages}")
+        if not slot or "{question}" not in rest or "{passages}" in rest:
+            raise AscpError("the prompt template needs one {passages} slot followed by one {question} slot, "
+                            "e.g. 'Context:\n{passages}\nQuestion: {question}'.")
+        for part, fields in ((head, {}), (rest, {"question": ""})):
+            try:
+                part.format(**fields)
+            except (KeyError, IndexError, ValueError) as exc:
+                raise AscpError(f"the prompt template has a slot other than {{passages}} and {{question}} ({exc}); "
+                                "write literal braces as {{ and }}.") from None
+        block = passage_format or cls.passage_format
+        if passage_format is not None:
+            try:
+                passage_format.format(id="x", title="t", text="y")
+            except (KeyError, IndexError, ValueError) as exc:
+                raise AscpError(f"the passage format may use only {{id}}, {{title}} and {{text}} ({exc}).") from None
+        return cls(instruction="", passage_format=block, untitled_passage_format=passage_format or
+                   cls.untitled_passage_format, question_format=rest, system=system, prefix=head.format())
 
     @classmethod
     def named(cls, name: str) -> PromptTemplate:
@@ -51,6 +79,8 @@ class PromptTemplate:
         return cls(instruction=INSTRUCTIONS[name])
 
     def instruction_text(self) -> str:
+        if self.prefix is not None:
+            return self.prefix
         return self.instruction.strip() + "\n\n"
 
     def passage_block(self, passage: Passage) -> str:

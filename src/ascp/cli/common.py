@@ -76,6 +76,21 @@ SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for free-protocol gen
 DataOpt = Annotated[Path, typer.Option("--data", help="Cases: generic JSONL or an ALCE-style ASQA JSON file.")]
 KOpt = Annotated[int, typer.Option("--k", help="Passages per context.")]
 TOpt = Annotated[int, typer.Option("--T", help="Rounds (generations) per case.")]
+TemplateOpt = Annotated[str | None, typer.Option(
+    "--template", help="Your own prompt: a format string with {passages} then {question}, or @FILE holding one.")]
+SystemOpt = Annotated[str, typer.Option("--system", help="A system message for the chat.")]
+
+
+def read_template(value: str | None) -> str | None:
+    """`--template`: the text itself, or the contents of @FILE."""
+    if value is None or not value.startswith("@"):
+        return value
+    path = Path(value[1:])
+    if not path.is_file():
+        raise AscpError(f"--template {value}: {path} does not exist; give a template string or @FILE.")
+    return path.read_text(encoding="utf-8")
+
+
 ThresholdOpt = Annotated[
     float | None,
     typer.Option("--threshold", help="Fixed 'used' threshold on normalised scores; default tau(k) = 0.555 k^-0.633."),

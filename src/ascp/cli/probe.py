@@ -13,12 +13,15 @@ from ascp.cli.common import (
     ModelOpt,
     OutOpt,
     SeedOpt,
+    SystemOpt,
+    TemplateOpt,
     ThresholdOpt,
     _params_table,
     _progress,
     app,
     err,
     out,
+    read_template,
     user_errors,
 )
 from ascp.errors import AscpError
@@ -27,7 +30,8 @@ from ascp.errors import AscpError
 def run_attribution(
     input_path: Path, estimator_name: str, model: str, seed: int, out_path: Path | None,
     max_new_tokens: int, temperature: float, top_p: float, threshold: float | None,
-    instruction: str, device: str, show: bool, html_path: Path | None = None,
+    instruction: str, device: str, show: bool, html_path: Path | None = None, template: str | None = None,
+    system: str = "",
 ) -> None:
     from ascp.api import Probe, load_model
     from ascp.jsonio import write_jsonl
@@ -37,7 +41,8 @@ def run_attribution(
     # Everything that can be checked without the model is checked first (Probe's settings too,
     # with a stand-in for the model).
     sampling = SamplingConfig(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
-    settings: dict[str, Any] = dict(seed=seed, threshold=threshold, instruction=instruction, sampling=sampling)
+    settings: dict[str, Any] = dict(seed=seed, threshold=threshold, instruction=instruction, sampling=sampling,
+                                    template=read_template(template), system=system)
     Probe(None, estimator_name, **settings)
     requests = load_requests(input_path)
     for target in (out_path, html_path):
@@ -85,11 +90,13 @@ def attribute(
     show: Annotated[bool, typer.Option("--show", help="Also print a table per request.")] = False,
     html: Annotated[Path | None, typer.Option("--html", help="Also write a self-contained page: each request's "
                                               "passages shaded by their normalised score.")] = None,
+    template: TemplateOpt = None,
+    system: SystemOpt = "",
 ) -> None:
     """Score how much a fixed (or freshly generated) response relied on each passage."""
     with user_errors():
         run_attribution(input, estimator, model, seed, out_path, max_new_tokens, temperature, top_p,
-                        threshold, instruction, device, show, html)
+                        threshold, instruction, device, show, html, template, system)
 
 
 

@@ -14,12 +14,15 @@ from ascp.cli.common import (
     KOpt,
     ModelOpt,
     SeedOpt,
+    SystemOpt,
+    TemplateOpt,
     TOpt,
     _params_table,
     _progress,
     app,
     err,
     out,
+    read_template,
     user_errors,
 )
 from ascp.errors import AscpError
@@ -38,7 +41,7 @@ def _validate_run_args(policy: str, k: int, T: int, estimator: str) -> None:
 
 def execute_run(
     cases, policy: str, k: int, T: int, model: str, estimator: str, seed: int, max_new_tokens: int,
-    device: str, lm=None, steer=None,
+    device: str, lm=None, steer=None, template: str | None = None, system: str = "",
 ):
     """Run one policy over loaded cases with a progress bar; returns (portfolios, case rows, lm).
 
@@ -55,7 +58,7 @@ def execute_run(
     with _progress() as bar:
         task = bar.add_task(f"{policy} k={k} T={T}", total=len(cases) * T)
         portfolios = run_portfolios(cases, policy=policy, k=k, T=T, model=lm, estimator=estimator, seed=seed,
-                                    max_new_tokens=max_new_tokens, steer=steer,
+                                    max_new_tokens=max_new_tokens, steer=steer, template=template, system=system,
                                     progress=lambda n: bar.advance(task, n))
     rows = [{"case_id": p.case_id, "policy": p.policy, "pool": [d.id for d in case.pool], **p.metrics}
             for case, p in zip(cases, portfolios, strict=True)]
@@ -91,6 +94,8 @@ def run(
                                       "constraint (off: contrast only).")] = True,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the results of an earlier run in "
                                             "--out.")] = False,
+    template: TemplateOpt = None,
+    system: SystemOpt = "",
 ) -> None:
     """Run T rounds of one scheduling policy on every case and write the portfolio with its metrics."""
     with user_errors():
@@ -106,15 +111,20 @@ def run(
             raise AscpError("--alpha, --eta, --no-contrast and --no-apc only apply with --steer; add --steer.")
         steer_config = SteerConfig(alpha=0.5 if alpha is None else alpha, eta=0.1 if eta is None else eta,
                                    contrast=contrast, apc=apc) if steer else None
+        from ascp.api import prompt_template
+        from ascp.lm.generation import SamplingConfig
+
+        prompt = read_template(template)
+        prompt_template(template=prompt, system=system)  # a bad template fails before any work
         check_out_dir(out_dir, overwrite=overwrite)
         cases = load_cases(data, format=format, rank_by=rank_by, limit=limit)
         portfolios, rows, _ = execute_run(cases, policy, k, T, model, estimator, seed, max_new_tokens, device,
-                                          steer=steer_config)
-        from ascp.lm.generation import SamplingConfig
+                                          steer=steer_config, template=prompt, system=system)
         run_config = {"data": str(data), "format": format, "rank_by": rank_by, "policy": policy, "k": k, "T": T,
                       "model": model, "estimator": estimator, "seed": seed, "limit": limit,
                       "sampling": SamplingConfig(max_new_tokens=max_new_tokens).__dict__,
-                      "steer": steer_config.to_json() if steer_config else None}
+                      "steer": steer_config.to_json() if steer_config else None,
+                      "template": prompt, "system": system}
         summary = write_run(out_dir, cases, portfolios, rows, run_config)
         out.print(summary_table({policy: summary["mean"]}, title=f"{data.name}: {len(rows)} cases, k={k}, T={T}"))
         err.print(f"wrote {out_dir}/rounds.jsonl, cases.jsonl, summary.json")

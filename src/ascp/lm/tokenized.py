@@ -38,15 +38,30 @@ class TokenizedModel:
     @cached_property
     def chat_frame(self) -> tuple[str, str]:
         """Text before and after the user message, from the model's own chat template."""
+        return self.frame("")
+
+    def frame(self, system: str = "") -> tuple[str, str]:
+        """Text before and after the user message, with `system` as the system message."""
+        cache = self.__dict__.setdefault("_frames", {})
+        if system not in cache:
+            cache[system] = self._render_frame(system)
+        return cache[system]
+
+    def _render_frame(self, system: str) -> tuple[str, str]:
         if getattr(self.tokenizer, "chat_template", None):
-            rendered = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": _SENTINEL}], tokenize=False, add_generation_prompt=True
-            )
+            messages = [{"role": "system", "content": system}] if system else []
+            try:
+                rendered = self.tokenizer.apply_chat_template(
+                    [*messages, {"role": "user", "content": _SENTINEL}], tokenize=False, add_generation_prompt=True
+                )
+            except Exception as exc:  # the model's own template refuses (e.g. no system role)
+                raise AscpError(f"model {self.name!r}: its chat template cannot render this conversation ({exc}); "
+                                "drop the system message.") from None
             head, sep, tail = rendered.partition(_SENTINEL)
             if sep:
                 return head, tail
         # A base model without a chat template: plain text framing.
-        return "", "\nAnswer:"
+        return (system + "\n\n" if system else ""), "\nAnswer:"
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -64,7 +79,7 @@ class TokenizedModel:
         """The chat-templated prompt as text segments [head + instruction, block_1..block_k,
         question + tail] and `tokenizer(text)` of the whole text."""
         template = template or PromptTemplate()
-        head, tail = self.chat_frame
+        head, tail = self.frame(template.system)
         texts = (
             head + template.instruction_text(),
             *(template.passage_block(p) for p in passages),
