@@ -4,6 +4,7 @@ screenshot. Skips where Chromium is absent (CI installs Debian's `chromium`)."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -98,8 +99,14 @@ def test_view_and_html_commands_refuse_bad_input(tmp_path):
 
     env = {**os.environ, "ASCP_HOME": str(tmp_path)}
     (tmp_path / "empty").mkdir()
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "summary.json").write_text(json.dumps({"config": {"policy": "rotate"}, "mean": {}}))
+    (old / "cases.jsonl").write_text(json.dumps({"case_id": "c1"}) + "\n")
+    (old / "rounds.jsonl").write_text(json.dumps({"case_id": "c1", "round": 1, "passages": ["a"]}) + "\n")
     for args, message in [(["view", str(tmp_path / "nope")], "is not a folder"),
-                          (["view", str(tmp_path / "empty")], "holds no run")]:
+                          (["view", str(tmp_path / "empty")], "holds no run"),
+                          (["view", str(old)], "is not a run folder this version of ascp reads")]:
         proc = subprocess.run([sys.executable, "-m", "ascp.cli", *args], capture_output=True, text=True, env=env,
                               timeout=120)
         assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr

@@ -10,6 +10,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from ascp.errors import AscpError
 from ascp.render.html import STYLE, attribution_body
 from ascp.types import AttributionResult, Case, Round
 
@@ -82,7 +83,13 @@ def run_page(runs: Mapping[str, Path], cases: Mapping[str, Case] | None, title: 
     the gold units the response recovered; the case's metrics; and a policy comparison on top."""
     from ascp.metrics import _recovered_per_response
 
-    loaded = {name: read_run(path) for name, path in runs.items()}
+    loaded = {}
+    for name, path in runs.items():
+        try:
+            loaded[name] = read_run(path)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise AscpError(f"{path} is not a run folder this version of ascp reads ({type(exc).__name__}: {exc}); "
+                            "rerun it with `ascp run` or `ascp simulate`.") from None
     metric_keys = ("pr", "ecr", "ceiling", "used_ceiling", "offered", "used")
     head = "".join(f"<th>{k}</th>" for k in metric_keys)
     comparison = []
@@ -124,7 +131,10 @@ def run_folders(directory: Path) -> dict[str, Path]:
     """The policy folders of an `ascp run` output (itself) or of an `ascp simulate` output (its
     subfolders), keyed by policy name."""
     def policy_of(folder: Path) -> str:
-        config = json.loads((folder / "summary.json").read_text(encoding="utf-8")).get("config", {})
+        try:
+            config = json.loads((folder / "summary.json").read_text(encoding="utf-8")).get("config", {})
+        except (ValueError, AttributeError):
+            raise AscpError(f"{folder}/summary.json is not the summary of a run; rerun it with `ascp run`.") from None
         return str(config.get("policy", folder.name))
 
     if (directory / "rounds.jsonl").is_file():
