@@ -66,9 +66,11 @@ $(UV):
 
 # Re-resolve the locks deliberately (then run `make test` and commit the three lock files).
 lock: $(UV)
-	$(UV_COMPILE) $(LOCK_UPGRADE) pyproject.toml requirements/pins.in --extra dev --extra ray --extra langchain -o requirements.lock
+	$(UV_COMPILE) $(LOCK_UPGRADE) pyproject.toml requirements/pins.in --extra dev --extra ray --extra langchain \
+		--extra llamaindex --extra haystack -o requirements.lock
 	$(UV_COMPILE) $(LOCK_UPGRADE) --no-deps requirements/assets.in -o requirements-assets.lock
-	$(UV_COMPILE) $(LOCK_UPGRADE) pyproject.toml requirements/pins.in --extra dev --extra ray --extra langchain --extra bench \
+	$(UV_COMPILE) $(LOCK_UPGRADE) pyproject.toml requirements/pins.in --extra dev --extra ray --extra langchain \
+		--extra llamaindex --extra haystack --extra bench \
 		--constraint requirements.lock -o requirements-bench.lock
 
 # The tests in a throw-away environment resolved from pyproject.toml's ranges (newest releases, no
@@ -79,7 +81,7 @@ check-latest: python-version
 	rm -rf $(LATEST)
 	$(PYTHON) -m venv $(LATEST)
 	$(LATEST)/bin/pip install -q --no-cache-dir --upgrade pip
-	$(LATEST)/bin/pip install -q --no-cache-dir torch==2.13.0 -e ".[dev,ray,langchain]"
+	$(LATEST)/bin/pip install -q --no-cache-dir torch==2.13.0 -e ".[dev,ray,langchain,llamaindex,haystack]"
 	$(LATEST)/bin/pip install -q --no-cache-dir --no-deps -r requirements-assets.lock
 	$(LATEST)/bin/pip list --format=freeze > $(LATEST)/versions.txt
 	$(LATEST)/bin/pytest -q -p no:cacheprovider || { echo "check-latest: the newest releases break the tests (versions in $(LATEST)/versions.txt; diff against requirements.lock)." >&2; exit 1; }

@@ -31,6 +31,7 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")  # no network from the adapter tests
     # One intra-op thread: the models here are small, results do not depend on thread timing, and
     # OpenMP spin-waiting makes multi-threaded runs tens of times slower on a busy 2-core machine.
     # (Read by torch when it is first imported, and inherited by the CLI subprocesses.)

@@ -45,3 +45,46 @@ def test_attribution_step_runs_after_a_chain(tiny_lm):
     broken = RunnableLambda(lambda q: {"question": q, "docs": DOCS}) | attribution_step(probe)
     with pytest.raises(AscpError, match="has no 'context', 'answer'"):
         broken.invoke(QUESTION)
+
+
+# ----- LlamaIndex ---------------------------------------------------------------------------------
+def test_llamaindex_response_source_nodes_are_annotated(tiny_lm):
+    pytest.importorskip("llama_index.core", reason="LlamaIndex is an optional extra: pip install 'ascp[llamaindex]'")
+    from llama_index.core.base.response.schema import Response
+    from llama_index.core.schema import NodeWithScore, TextNode
+
+    from ascp.integrations.llamaindex import annotate_response
+
+    nodes = [NodeWithScore(node=TextNode(text=d.page_content, id_=f"n{i}", metadata=dict(d.metadata)),
+                           score=0.9 - i / 10) for i, d in enumerate(DOCS)]
+    probe = ascp.Probe(tiny_lm, threshold=0.2)
+    out = annotate_response(QUESTION, Response(response=ANSWER, source_nodes=nodes), probe=probe)
+    assert isinstance(out, Response) and out.response == ANSWER
+    assert [n.node.node_id for n in out.source_nodes] == ["n0", "n1", "n2"]
+    assert [n.score for n in out.source_nodes] == [n.score for n in nodes]
+    expected = probe.attribute(QUESTION, [{"id": f"n{i}", "title": d.metadata.get("title", ""),
+                                           "text": d.page_content} for i, d in enumerate(DOCS)], ANSWER)
+    assert [n.node.metadata["ascp_score"] for n in out.source_nodes] == list(expected.scores.values())
+    assert "ascp_score" not in nodes[0].node.metadata  # copies
+
+
+# ----- Haystack -----------------------------------------------------------------------------------
+def test_haystack_component_runs_alone_and_in_a_pipeline(tiny_lm, monkeypatch):
+    monkeypatch.setenv("HAYSTACK_TELEMETRY_ENABLED", "False")
+    haystack = pytest.importorskip("haystack", reason="Haystack is an optional extra: pip install 'ascp[haystack]'")
+    from ascp.integrations.haystack import AscpAttributor
+
+    docs = [haystack.Document(content=d.page_content, meta=dict(d.metadata), id=f"h{i}") for i, d in enumerate(DOCS)]
+    probe = ascp.Probe(tiny_lm, threshold=0.2)
+    alone = AscpAttributor(probe).run(query=QUESTION, replies=[ANSWER], documents=docs)
+    expected = probe.attribute(QUESTION, [{"id": f"h{i}", "title": d.metadata.get("title", ""),
+                                           "text": d.page_content} for i, d in enumerate(DOCS)], ANSWER)
+    assert [d.meta["ascp_score"] for d in alone["documents"]] == list(expected.scores.values())
+    assert [d.id for d in alone["used"]] == list(expected.used)
+    pipeline = haystack.Pipeline()
+    pipeline.add_component("attribution", AscpAttributor(probe))
+    result = pipeline.run({"attribution": {"query": QUESTION, "replies": [ANSWER], "documents": docs}})
+    assert [d.meta["ascp_used"] for d in result["attribution"]["documents"]] == [
+        d.meta["ascp_used"] for d in alone["documents"]]
+    with pytest.raises(AscpError, match="got no reply"):
+        AscpAttributor(probe).run(query=QUESTION, replies=[], documents=docs)
