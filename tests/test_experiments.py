@@ -176,6 +176,8 @@ def test_the_minimal_spec_of_the_issue_validates(tmp_path):
 
 
 BAD_SPECS = [
+    ({"template": "no slot {question}"}, "template", "needs one {passages} slot"),
+    ({"system": 3}, "system", "expected a string"),
     ({"grid": {"policy": ["nope"], "k": [2], "T": [2]}}, "grid.policy", "unknown scheduler"),
     ({"tasks": [{"name": "toy", "data": "missing.jsonl"}]}, "tasks[0].data", "does not exist"),
     ({"grid": {}}, "grid", "is empty"),
@@ -371,3 +373,14 @@ def test_ray_executor_writes_the_same_records_as_local(reference, spec_path, tmp
         ray.shutdown()
     assert result.written == 2 * N_CASES
     assert records(tmp_path / "ray") == records(reference)
+
+
+def test_a_spec_with_the_users_own_prompt_runs_it(tmp_path, tiny_model_dir):
+    from ascp.experiments.execute import loop_config
+
+    path = write_spec(tmp_path, tiny_model_dir, template="Docs:\n{passages}Q: {question}", system="Be brief.")
+    plan = make_plan(load_spec(path))
+    config = loop_config(plan.spec.conditions[0], 0, plan.spec.settings)
+    assert config.template.prefix == "Docs:\n" and config.template.system == "Be brief."
+    plain = make_plan(load_spec(write_spec(tmp_path / "plain", tiny_model_dir)))
+    assert "template" not in plain.manifest()["settings"]  # stores from before the option still resume

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from ascp.cli import app
 from ascp.embed import embedded_minilm_dir
+from ascp.errors import AscpError
 from ascp.lm.generation import SamplingConfig
 from ascp.metrics import unit_recovered
 from ascp.types import AnswerUnit, Case, Passage
@@ -317,3 +318,14 @@ def test_validate_probe_command_end_to_end(tiny_model_dir, tmp_path):
     assert summary["cases"] == ["c1"] and summary["command"].startswith("ascp validate-probe")
     assert {r["estimator"] for r in summary["metrics"]["auc"]} == {"loo", "bm25"}
     assert (out / "figure-fixed.png").stat().st_size > 10_000
+
+
+def test_validation_runs_on_the_users_own_prompt(tiny_lm):
+    template = "Context:\n{passages}Q: {question}"
+    config = ValidationConfig(widths=(3,), protocols=("fixed",), estimators=("loo",), sampling=SamplingConfig(
+        max_new_tokens=4), seed=1, template=template, system="Be brief.")
+    config.check()
+    run = run_validation(tiny_lm, CASES, CASES, config)
+    assert run.rows and config.to_json()["template"] == template
+    with pytest.raises(AscpError, match="needs one {passages} slot"):
+        ValidationConfig(template="{question} only").check()

@@ -55,7 +55,7 @@ class PromptTemplate:
         head, slot, rest = template.partition("{passages}")
         if not slot or "{question}" not in rest or "{passages}" in rest:
             raise AscpError("the prompt template needs one {passages} slot followed by one {question} slot, "
-                            "e.g. 'Context:\n{passages}\nQuestion: {question}'.")
+                            "e.g. 'Context: {passages} Question: {question}'.")
         for part, fields in ((head, {}), (rest, {"question": ""})):
             try:
                 part.format(**fields)

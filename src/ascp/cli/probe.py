@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -156,6 +157,8 @@ def validate_probe(
     max_passage_words: Annotated[int, typer.Option("--max-passage-words")] = 200,
     bootstrap: Annotated[int, typer.Option("--bootstrap", help="Cluster-bootstrap replicates.")] = 2000,
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
+    template: TemplateOpt = None,
+    system: SystemOpt = "",
 ) -> None:
     """Validate the probe on controlled pools (Sec. 4, Fig. 3): AUC, cover@m gain, operating-point transfer."""
     with user_errors():
@@ -176,7 +179,7 @@ def validate_probe(
             protocols=vx.parse_list(protocol, vx.PROTOCOLS, "protocol"), m=m, seed=seed, limit=limit,
             contextcite_ablations=contextcite_ablations, instruction=instruction, max_minutes=max_minutes,
             sampling=SamplingConfig(temperature=temperature, max_new_tokens=max_new_tokens),
-            max_words=max_passage_words,
+            max_words=max_passage_words, template=read_template(template), system=system,
         )
         config.check()
         check_out_dir(out_dir)
@@ -195,7 +198,9 @@ def validate_probe(
                  f"--temperature {temperature}", f"--instruction {instruction}",
                  *([f"--max-minutes {max_minutes:g}"] if max_minutes else []), f"--format {format}",
                  f"--max-passage-words {max_passage_words}", f"--bootstrap {bootstrap}",
-                 f"--device {device}"])
+                 f"--device {device}",
+                 *([f"--template {shlex.quote(template)}"] if template else []),
+                 *([f"--system {shlex.quote(system)}"] if system else [])])
 
         summary = build_summary(run, str(data), model, n_boot=bootstrap, command=command(limit, max_minutes))
         summary["reproduce"] = command(len(run.cases), None)  # the same cases, without the time budget

@@ -18,12 +18,13 @@ from ascp.experiments.spec import Settings
 
 def loop_config(condition: Condition, seed: int, settings: Settings):
     """The `LoopConfig` of one condition and seed."""
+    from ascp.api import prompt_template
     from ascp.loop import LoopConfig
-    from ascp.prompts import PromptTemplate
 
     kwargs: dict[str, Any] = dict(
         policy=condition.scheduler, k=condition.k, T=condition.T, estimator=condition.estimator, seed=seed,
-        sampling=settings.sampling(), template=PromptTemplate.named(condition.instruction),
+        sampling=settings.sampling(),
+        template=prompt_template(condition.instruction, settings.template, settings.system),
         threshold=settings.threshold, batch_size=settings.batch_size,
     )
     if condition.steer is not None:

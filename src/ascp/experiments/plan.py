@@ -90,7 +90,9 @@ class Plan:
             "models": [{"name": m.name, "source": m.source} for m in spec.models],
             "seeds": list(spec.seeds),
             "conditions": [c.name for c in spec.conditions],
-            "settings": dict(spec.settings.__dict__),
+            # template/system only when set, so stores made before they existed still resume
+            "settings": {k: v for k, v in spec.settings.__dict__.items()
+                         if k not in ("template", "system") or v},
             "units": self.total,
         }
 

@@ -17,7 +17,7 @@ from ascp.errors import AscpError
 from ascp.experiments.condition import ARMS, FIELDS, Condition
 
 TOP_KEYS = ("name", "description", "tasks", "models", "seeds", "grid", "conditions", "sampling", "embedder",
-            "batch_cases", "batch_size", "threshold", "device")
+            "batch_cases", "batch_size", "threshold", "device", "template", "system")
 TASK_KEYS = ("name", "data", "format", "limit", "rank_by", "depth", "min_pool")
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_new_tokens")
 GRID_KEYS = ("policy", *FIELDS)
@@ -55,6 +55,8 @@ class Settings:
     batch_size: int = 8  # sequences per generation batch inside the loop
     threshold: float | None = None
     device: str = "auto"
+    template: str | None = None  # the user's own prompt ({passages} then {question}); None: the instruction
+    system: str = ""  # a system message
 
     def sampling(self):
         from ascp.lm.generation import SamplingConfig
@@ -278,6 +280,19 @@ def _settings(raw: dict[str, Any], base: Path) -> Settings:
     if not isinstance(device, str) or not re.match(r"^(auto|cpu|cuda(:\d+)?|mps)$", device):
         raise _fail("device", f"expected auto, cpu or cuda[:n], got {device!r}.")
     values["device"] = device
+    template, system = raw.get("template"), raw.get("system", "")
+    if template is not None or system:
+        from ascp.api import prompt_template
+
+        if template is not None and not isinstance(template, str):
+            raise _fail("template", "expected a format string with {passages} then {question}.")
+        if not isinstance(system, str):
+            raise _fail("system", "expected a string (the system message).")
+        try:
+            prompt_template(template=template, system=system)
+        except AscpError as exc:
+            raise _fail("template", str(exc)) from None
+        values["template"], values["system"] = template, system
     return Settings(**values)
 
 

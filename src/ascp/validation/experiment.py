@@ -77,6 +77,8 @@ class ValidationConfig:
     contextcite_ablations: int = 32
     sampling: SamplingConfig = SamplingConfig(max_new_tokens=64)
     instruction: str = "commit"
+    template: str | None = None  # the user's own prompt ({passages} then {question}); None: the instruction
+    system: str = ""  # a system message
     max_minutes: float | None = None
     max_words: int | None = DEFAULT_MAX_WORDS
     batch_size: int = 8
@@ -98,14 +100,20 @@ class ValidationConfig:
             raise AscpError(f"--contextcite-ablations must be at least 2, got {self.contextcite_ablations}.")
         if self.max_minutes is not None and self.max_minutes <= 0:
             raise AscpError(f"--max-minutes must be positive, got {self.max_minutes}.")
-        PromptTemplate.named(self.instruction)
+        self.prompt()
+
+    def prompt(self) -> PromptTemplate:
+        from ascp.api import prompt_template
+
+        return prompt_template(self.instruction, self.template, self.system)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "widths": list(self.widths), "paddings": list(self.paddings), "estimators": list(self.estimators),
             "protocols": list(self.protocols), "m": self.m, "seed": self.seed, "limit": self.limit,
             "contextcite_ablations": self.contextcite_ablations, "sampling": self.sampling.__dict__,
-            "instruction": self.instruction, "max_minutes": self.max_minutes, "max_words": self.max_words,
+            "instruction": self.instruction, "template": self.template, "system": self.system,
+            "max_minutes": self.max_minutes, "max_words": self.max_words,
         }
 
 
@@ -155,7 +163,7 @@ def request_id(case_id: str, width: int, padding: str) -> str:
 class _Runner:
     def __init__(self, lm, builder: PoolBuilder, config: ValidationConfig, run: ValidationRun) -> None:
         self.lm, self.builder, self.config, self.run = lm, builder, config, run
-        self.template = PromptTemplate.named(config.instruction)
+        self.template = config.prompt()
         self.shared = {n: make_estimator(n) for n in config.estimators if n != "contextcite"}
 
     def estimator(self, name: str, rid: str):
