@@ -211,3 +211,13 @@ def test_attribute_with_the_users_own_prompt(tiny_lm, tmp_path):
                           str(tmp_path / "o.jsonl"), "--template", "no slots {question}"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "needs one {passages} slot" in bad.stderr and not (tmp_path / "o.jsonl").exists()
+
+
+def test_citation_checker_skips_prose_and_links(tiny_lm):
+    from ascp.citations import check_citations
+
+    att = ascp.Probe(tiny_lm, threshold=0.2).attribute(QUESTION, PASSAGES, RESPONSE)
+    check = check_citations(att, "A claim [citation needed], see [the docs](http://x) and [a].")
+    assert check.cited == ("a",)
+    with pytest.raises(AscpError, match=r"citation \[doc-9\]"):
+        check_citations(att, "see [doc-9]")

@@ -178,6 +178,9 @@ def test_the_minimal_spec_of_the_issue_validates(tmp_path):
 BAD_SPECS = [
     ({"template": "no slot {question}"}, "template", "needs one {passages} slot"),
     ({"system": 3}, "system", "expected a string"),
+    ({"template": "A {passages} B {question}", "grid": {"policy": ["rotate"], "k": [2], "T": [2],
+                                                       "instruction": ["integrate"]}}, "template",
+     "cannot set instruction"),
     ({"grid": {"policy": ["nope"], "k": [2], "T": [2]}}, "grid.policy", "unknown scheduler"),
     ({"tasks": [{"name": "toy", "data": "missing.jsonl"}]}, "tasks[0].data", "does not exist"),
     ({"grid": {}}, "grid", "is empty"),

@@ -132,11 +132,19 @@ def test_a_user_template_and_system_message_frame_the_prompt(tiny_lm):
     ("Answer {question}", "needs one {passages} slot"),
     ("{question} then {passages}", "needs one {passages} slot"),
     ("{passages}{passages}{question}", "needs one {passages} slot"),
-    ("{passages} {question} {other}", "a slot other than"),
+    ("{passages} {question} {other}", "no other slot"),
+    ("Ctx: {passages}Write {{question}} then answer.", "needs one {passages} slot"),
+    ("{passages} {question", "not a format string"),
 ])
 def test_a_template_without_its_slots_is_one_sentence(template, message):
     with pytest.raises(AscpError, match=re.escape(message)):
         PromptTemplate.from_format(template)
+
+
+def test_literal_braces_stay_literal():
+    template = PromptTemplate.from_format("Use {{passages}} as {{x}}:\n{passages}Q {{y}}: {question}")
+    assert template.instruction_text() == "Use {passages} as {x}:\n"
+    assert template.question_text("why?") == "Q {y}: why?"
 
 
 def test_loo_stays_exact_under_a_user_template(tiny_lm, random_item):
@@ -151,3 +159,11 @@ def test_loo_stays_exact_under_a_user_template(tiny_lm, random_item):
     cached, naive = LeaveOneOut().score(tiny_lm, custom), LeaveOneOut(reuse_prefix=False).score(tiny_lm, custom)
     np.testing.assert_allclose(cached.values, naive.values, rtol=0, atol=1e-5)
     assert cached.tokens_processed < naive.tokens_processed
+
+
+def test_an_instruction_and_a_template_do_not_mix():
+    from ascp.api import prompt_template
+
+    assert prompt_template("commit", "A {passages} B {question}").prefix == "A "
+    with pytest.raises(AscpError, match="does not apply with your own prompt template"):
+        prompt_template("integrate", "A {passages} B {question}")

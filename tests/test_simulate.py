@@ -146,6 +146,13 @@ def test_replay_reads_one_condition_of_an_experiment_store(tmp_path, cases, view
     replay = make_consumer(f"replay(run={tmp_path},condition=rotate(k=3,T=2))")
     again = simulate_portfolios(cases, "rotate", 3, 2, replay, views)
     assert [[r.used for r in p.rounds] for p in again] == [[r.used for r in p.rounds] for p in recorded["rotate"]]
+    two_seeds = tmp_path / "two-seeds"
+    two_seeds.mkdir()
+    p = recorded["rotate"][0]
+    line = json.dumps({"case_id": p.case_id, "condition": "rotate(k=3,T=2)", "rounds": [r.to_json() for r in p.rounds]})
+    (two_seeds / "units.jsonl").write_text(line + "\n" + line + "\n")
+    with pytest.raises(AscpError, match="repeats round 1 of case"):
+        make_consumer(f"replay({two_seeds})")
 
 
 def test_make_consumer_parses_and_refuses_bad_specs(tmp_path):
@@ -204,6 +211,8 @@ def test_independence_detects_policy_dependence_and_clustering():
     assert over.overdispersion > 3
     with pytest.raises(ValueError):
         consumption_independence({"policy": policy, "shown": shown, "used": shown + 1})
+    nothing = consumption_independence({"policy": policy, "shown": shown, "used": 0 * shown})
+    assert nothing.p == 1.0 and math.isnan(nothing.overdispersion)
 
 
 def test_independence_on_the_committed_real_run_store():
@@ -288,7 +297,10 @@ def test_simulate_command_writes_run_folders_and_refuses_bad_input(tmp_path):
                            (["--consumer", "toy(q=2)", "--policy", "vanilla"], "q must lie in [0, 1]"),
                            (["--consumer", f"replay({out / 'rotate'})", "--policy", "vanilla", "--T", "5"],
                             "lacks some of rounds 1..5"),
-                           (["--consumer", "oracle", "--policy", "vanilla,vanilla"], "names a policy twice"),
+                           (["--consumer", "oracle", "--policy", "vanilla,fixed"], "names a policy twice"),
+                           (["--consumer", "oracle", "--policy", "mmr(lambda=0.3)"], "unknown option"),
+                           (["--consumer", "oracle", "--policy", "vanilla,rotate", "--n-boot", "0"],
+                            "--n-boot must be at least 100"),
                            (["--consumer", "oracle", "--policy", "vanilla", "--min-pool", "99"], "no case of"),
                            (["--consumer", "oracle", "--policy", "vanilla"], "already holds")]:
         target = out if message == "already holds" else tmp_path / "bad"
@@ -296,6 +308,16 @@ def test_simulate_command_writes_run_folders_and_refuses_bad_input(tmp_path):
                    home=tmp_path)
         assert bad.returncode == 2 and message in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
         assert not (tmp_path / "bad").exists()
+    # A folder of other files is never replaced as a whole.
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    (keep / "precious.txt").write_text("data")
+    refused = _cli("simulate", "--data", str(data), "--k", "3", "--T", "3", "--out", str(keep), "--policy",
+                   "vanilla,rotate", "--consumer", "oracle", home=tmp_path)
+    assert refused.returncode == 2 and "holds other files" in refused.stderr
+    assert (keep / "precious.txt").read_text() == "data"
+    inplace = _cli("report", str(out), "--out", str(out), home=tmp_path)
+    assert inplace.returncode == 2 and "holds other files" in inplace.stderr and (out / "comparison.json").exists()
     wrong = _cli("simulate", "--data", str(other), "--k", "3", "--T", "3", "--out", str(tmp_path / "bad"),
                  "--policy", "vanilla", "--consumer", f"replay({out / 'rotate'})", home=tmp_path)
     assert wrong.returncode == 2 and "no rounds for case 'x0'" in wrong.stderr

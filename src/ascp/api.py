@@ -126,6 +126,9 @@ def prompt_template(instruction: str = "commit", template: PromptTemplate | str 
 
     from ascp.prompts import PromptTemplate
 
+    if template is not None and instruction != "commit":
+        raise AscpError(f"the instruction {instruction!r} does not apply with your own prompt template (the "
+                        "template is the whole instruction); give one or the other.")
     if isinstance(template, PromptTemplate):
         return replace(template, system=system or template.system)
     if template is not None:
@@ -193,9 +196,9 @@ def run_portfolios(cases: Sequence[Case], *, policy: str = "ascp", k: int = 5, T
     from ascp.lm.generation import SamplingConfig
     from ascp.loop import LoopConfig
     from ascp.runner import run_policy
-    from ascp.schedulers import parse_scheduler
+    from ascp.schedulers import check_scheduler
 
-    parse_scheduler(policy)
+    check_scheduler(policy)
     make_estimator(estimator)
     for case in cases:
         if len(case.pool) < k:

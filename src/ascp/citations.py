@@ -4,6 +4,8 @@ A RAG system that asks its model to cite (`[1]`, `[doc-id]`) makes a claim the c
 test: every cited passage should be used, and every used passage cited. `check_citations` reads
 the bracketed citations of the response, maps each to a passage (a number n is the n-th passage
 when no passage has that id; otherwise ids match exactly) and compares with the reading.
+Brackets holding prose ("[citation needed]") and markdown links ("[text](url)") are not
+citations; a bracket of id-like tokens that names no passage is an error.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from dataclasses import dataclass
 from ascp.errors import AscpError
 from ascp.types import AttributionResult
 
-CITATION = re.compile(r"\[([^\[\]]+)\]")
+CITATION = re.compile(r"\[([^\[\]]+)\](?!\()")  # not a markdown link [text](url)
+_ID_LIKE = re.compile(r"^[\w:./#-]+$")  # a bracket of id-like tokens is a citation; "[citation needed]" is not
 
 
 @dataclass(frozen=True)
@@ -37,7 +40,10 @@ def check_citations(result: AttributionResult, response: str | None = None) -> C
     ids = list(result.scores)
     cited: dict[str, None] = {}
     for match in CITATION.finditer(text):
-        for token in (t.strip() for t in match.group(1).split(",")):
+        tokens = [t.strip() for t in match.group(1).split(",")]
+        if not all(_ID_LIKE.match(t) for t in tokens):
+            continue  # prose in brackets, not a citation
+        for token in tokens:
             if token in result.scores:
                 cited.setdefault(token, None)
             elif token.isdigit() and 1 <= int(token) <= len(ids):

@@ -141,6 +141,9 @@ class Replay:
             readings = {d: float(rec["normalized"].get(d, 0.0)) for d in rec["context"]}
         except (ValueError, KeyError, TypeError, AttributeError):
             raise AscpError(f"replay consumer: {where} is not a round record of a run.") from None
+        if t in self.rounds.get(case_id, set()):
+            raise AscpError(f"replay consumer: {where} repeats round {t} of case {case_id!r} (the run holds several "
+                            "seeds, models or tasks for it); replay a run with one reading per case and round.")
         self.rounds.setdefault(case_id, set()).add(t)
         for d, a in readings.items():
             self.readings.setdefault(case_id, {}).setdefault(d, []).append((t, a, d in used))

@@ -68,6 +68,17 @@ def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
+def check_replaceable(out: str | Path, marker: str, what: str) -> None:
+    """Refuse to replace a folder as a whole unless it is absent, empty, or holds `marker` (the
+    file an earlier output of the same kind left): never wipe a folder of other files."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise AscpError(f"{out} exists and is not a folder; pass a folder path.")
+    if out.is_dir() and any(out.iterdir()) and not (out / marker).exists():
+        raise AscpError(f"{out} holds other files and is not an earlier {what}; write the {what} into a new or "
+                        "empty folder.")
+
+
 @contextlib.contextmanager
 def staged_folder(out: str | Path, whole: bool = False) -> Iterator[Path]:
     """Yield an empty temporary folder beside `out` to write into; publish it when the block ends.

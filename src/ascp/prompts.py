@@ -13,6 +13,7 @@ passage leaves every other block byte-for-byte unchanged (Sec. 4.1: no citation 
 
 from __future__ import annotations
 
+import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -52,16 +53,22 @@ class PromptTemplate:
         "Context:\n{passages}\nAnswer briefly: {question}". `passage_format` formats each block
         (fields {id}, {title}, {text}; default: ascp's "[id] title\ntext\n\n"). The probe removes
         one block at a time from this prompt and stays exact."""
-        head, slot, rest = template.partition("{passages}")
-        if not slot or "{question}" not in rest or "{passages}" in rest:
-            raise AscpError("the prompt template needs one {passages} slot followed by one {question} slot, "
-                            "e.g. 'Context: {passages} Question: {question}'.")
-        for part, fields in ((head, {}), (rest, {"question": ""})):
-            try:
-                part.format(**fields)
-            except (KeyError, IndexError, ValueError) as exc:
-                raise AscpError(f"the prompt template has a slot other than {{passages}} and {{question}} ({exc}); "
-                                "write literal braces as {{ and }}.") from None
+        try:
+            fields = [(literal, name) for literal, name, _, _ in string.Formatter().parse(template)]
+        except ValueError as exc:
+            raise AscpError(f"the prompt template is not a format string ({exc}); "
+                            "write literal braces as {{ and }}.") from None
+        names = [name for _, name in fields if name is not None]
+        if names != ["passages", "question"]:
+            raise AscpError("the prompt template needs one {passages} slot followed by one {question} slot and "
+                            "no other slot (literal braces are {{ and }}), e.g. "
+                            "'Context: {passages} Question: {question}'.")
+        # Split at the real {passages} field: everything before it, rendered, is the prefix; the rest
+        # (literal braces kept escaped) is the question format.
+        position = next(i for i, (_, name) in enumerate(fields) if name == "passages")
+        head = "".join(literal for literal, _ in fields[: position + 1])
+        rest = "".join(literal.replace("{", "{{").replace("}", "}}") + ("{" + name + "}" if name else "")
+                       for literal, name in fields[position + 1 :])
         block = passage_format or cls.passage_format
         if passage_format is not None:
             try:
@@ -69,7 +76,7 @@ class PromptTemplate:
             except (KeyError, IndexError, ValueError) as exc:
                 raise AscpError(f"the passage format may use only {{id}}, {{title}} and {{text}} ({exc}).") from None
         return cls(instruction="", passage_format=block, untitled_passage_format=passage_format or
-                   cls.untitled_passage_format, question_format=rest, system=system, prefix=head.format())
+                   cls.untitled_passage_format, question_format=rest, system=system, prefix=head)
 
     @classmethod
     def named(cls, name: str) -> PromptTemplate:

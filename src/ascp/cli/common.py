@@ -88,7 +88,10 @@ def read_template(value: str | None) -> str | None:
     path = Path(value[1:])
     if not path.is_file():
         raise AscpError(f"--template {value}: {path} does not exist; give a template string or @FILE.")
-    return path.read_text(encoding="utf-8")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise AscpError(f"--template {value}: {path} is not UTF-8 text; save the template as UTF-8.") from None
 
 
 ThresholdOpt = Annotated[

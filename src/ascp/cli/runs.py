@@ -182,9 +182,10 @@ def simulate_command(
         from ascp.consumers import Oracle, Replay, make_consumer
         from ascp.data import load_cases
         from ascp.embed import embed
+        from ascp.jsonio import check_replaceable
         from ascp.paths import ascp_home
         from ascp.runio import check_out_dir
-        from ascp.schedulers import parse_scheduler
+        from ascp.schedulers import check_scheduler
         from ascp.simulate import (
             EmbeddingCache,
             compare,
@@ -197,16 +198,18 @@ def simulate_command(
         policies = split_policies(policy)
         if not policies:
             raise AscpError("--policy names no policy; give e.g. --policy vanilla,ascp.")
-        for name in policies:
-            parse_scheduler(name)
-        if len(set(policies)) < len(policies):
-            raise AscpError(f"--policy {policy!r} names a policy twice; give each policy once.")
+        canonical = [check_scheduler(name) for name in policies]
+        if len(set(canonical)) < len(canonical):
+            raise AscpError(f"--policy {policy!r} names a policy twice (as {', '.join(canonical)}); give each once.")
         if k < 1 or T < 1:
             raise AscpError(f"k and T must be at least 1 (got --k {k} --T {T}).")
         reader = make_consumer(consumer, seed=seed)
         check_out_dir(out_dir, overwrite=overwrite)
+        check_replaceable(out_dir, "comparison.json", "simulation")
         if (out_dir / "comparison.json").exists() and not overwrite:
             raise AscpError(f"--out {out_dir} already holds a simulation; pass --overwrite to replace it.")
+        if n_boot < 100:
+            raise AscpError(f"--n-boot must be at least 100, got {n_boot}.")
         embedder = EmbeddingCache(embed, cache or ascp_home() / "embeddings" / "minilm.npz")
         with err.status(f"loading {data.name}"):
             cases = load_cases(data, format=format, rank_by=rank_by, limit=limit, min_pool=min_pool,

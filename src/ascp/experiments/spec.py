@@ -172,6 +172,7 @@ def parse_spec(raw: Any, base: Path | None = None, text: str = "") -> Experiment
     _unique("seeds", [str(s) for s in seeds])
     settings = _settings(raw, base)
     conditions = _conditions(raw)
+    check_template_conditions(settings, conditions)
     return ExperimentSpec(name, tasks, models, seeds, conditions, settings, text)
 
 
@@ -294,6 +295,13 @@ def _settings(raw: dict[str, Any], base: Path) -> Settings:
             raise _fail("template", str(exc)) from None
         values["template"], values["system"] = template, system
     return Settings(**values)
+
+
+def check_template_conditions(settings: Settings, conditions) -> None:
+    """A spec's own template is the whole instruction: conditions may not vary `instruction` then."""
+    if settings.template is not None and any(c.instruction != "commit" for c in conditions):
+        raise _fail("template", "with your own template, conditions cannot set instruction (the template is "
+                    "the whole instruction); remove instruction from the conditions or the template.")
 
 
 def _conditions(raw: dict[str, Any]) -> tuple[Condition, ...]:

@@ -123,6 +123,9 @@ def run_page(runs: Mapping[str, Path], cases: Mapping[str, Case] | None, title: 
             parts.append("</table>")
         parts.append("</div>")
         body.append("".join(parts))
+    if cases is None:
+        body.insert(0, "<div class='metrics'>The run's data file is not here: questions and answer units are "
+                       "not shown.</div>")
     bar = "<input id='search' placeholder='search cases, passages, responses' size='40'>"
     return _page(title, bar, "".join(body))
 
@@ -138,11 +141,16 @@ def run_folders(directory: Path) -> dict[str, Path]:
         return str(config.get("policy", folder.name))
 
     if (directory / "rounds.jsonl").is_file():
+        if not (directory / "summary.json").is_file():
+            raise AscpError(f"{directory} has rounds.jsonl but no summary.json; it is not a complete run folder.")
         return {policy_of(directory): directory}
     found = {policy_of(sub): sub for sub in sorted(directory.iterdir())
              if sub.is_dir() and (sub / "rounds.jsonl").is_file() and (sub / "summary.json").is_file()}
     comparison = directory / "comparison.json"
     if comparison.is_file():  # the order the simulation compared them in, baseline first
-        order = list(json.loads(comparison.read_text(encoding="utf-8")).get("policies", {}))
+        try:
+            order = list(json.loads(comparison.read_text(encoding="utf-8")).get("policies", {}))
+        except (ValueError, AttributeError):
+            raise AscpError(f"{comparison} is not the comparison of an `ascp simulate` run.") from None
         found = dict(sorted(found.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
     return found

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ascp.errors import AscpError
-from ascp.jsonio import staged_folder
+from ascp.jsonio import check_replaceable, staged_folder
 from ascp.report import figures as figs
 from ascp.report import tables as tabs
 from ascp.report.claims import Claim, claims_table
@@ -87,8 +87,7 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, n_boot: int
     if n_boot < 100:
         raise AscpError(f"--n-boot must be at least 100, got {n_boot}.")
     out = Path(out) if out is not None else run_dir / "report"
-    if out.exists() and not out.is_dir():
-        raise AscpError(f"--out {out} exists and is not a folder; pass a folder path.")
+    check_replaceable(out, "index.html", "report")
     if not out.parent.is_dir():
         raise AscpError(f"the parent folder of {out} does not exist; create it first.")
     frame = unit_frame(records)

@@ -85,6 +85,14 @@ def parse_scheduler(spec: str) -> tuple[str, dict[str, Any]]:
     return name, options
 
 
+def check_scheduler(spec: str) -> str:
+    """Validate a policy spec (name and options) without a pool; returns its canonical name."""
+    base, parsed = parse_scheduler(spec)
+    cls, _ = _REGISTRY[base]
+    validate(f"scheduler {base!r}", cls.params, parsed)
+    return canonical_name(base, parsed)
+
+
 def scheduler_params(name: str) -> tuple[Param, ...]:
     """The declared parameters of a registered policy (its preset values as defaults)."""
     cls, preset = _REGISTRY[ALIASES.get(name, name)]
@@ -124,6 +132,7 @@ __all__ = [
     "build_pool_view",
     "induce_facets",
     "make_scheduler",
+    "check_scheduler",
     "parse_scheduler",
     "scheduler_params",
     "pool_view_from_embeddings",

@@ -11,6 +11,7 @@ given the level, above 1 when uses cluster within rounds (the paper reports 1.39
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,17 +50,23 @@ def consumption_independence(data: Table, by: str = "policy", shown: str = "show
     levels, codes = np.unique(labels, return_inverse=True)
     if levels.size < 2:
         raise ValueError(f"the test compares levels of {by!r}; got {levels.size}")
+    df = int(levels.size - 1)
+    q = float(y.sum() / n.sum())
+    if q in (0.0, 1.0):  # nothing or everything used: no variation to test
+        return IndependenceTest(chi2=0.0, df=df, p=1.0, overdispersion=float("nan"), rows=int(n.size),
+                                levels=int(levels.size), q=q)
     endog = np.column_stack([y, n - y])
     family = sm.families.Binomial()
-    null = sm.GLM(endog, np.ones((n.size, 1)), family=family).fit()
     design = np.zeros((n.size, levels.size))
     design[np.arange(n.size), codes] = 1.0
-    full = sm.GLM(endog, design, family=family).fit()
+    with warnings.catch_warnings():  # a level that uses all or none of its passages separates perfectly
+        warnings.simplefilter("ignore")
+        null = sm.GLM(endog, np.ones((n.size, 1)), family=family).fit()
+        full = sm.GLM(endog, design, family=family).fit()
     chi2 = max(0.0, 2.0 * float(full.llf - null.llf))
-    df = int(levels.size - 1)
     dispersion = float(full.pearson_chi2 / full.df_resid) if full.df_resid > 0 else float("nan")
     return IndependenceTest(chi2=chi2, df=df, p=float(stats.chi2.sf(chi2, df)), overdispersion=dispersion,
-                            rows=int(n.size), levels=int(levels.size), q=float(y.sum() / n.sum()))
+                            rows=int(n.size), levels=int(levels.size), q=q)
 
 
 def consumption_rows(records, by: str = "condition") -> dict[str, np.ndarray]:
