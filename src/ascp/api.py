@@ -23,9 +23,9 @@ from ascp.types import AnswerUnit, AttributionRequest, AttributionResult, Case, 
 
 if TYPE_CHECKING:
     from ascp.decoding import SteerConfig
-    from ascp.lm.generation import SamplingConfig
     from ascp.lm.hf import HFLanguageModel
     from ascp.lm.protocol import LanguageModel
+    from ascp.lm.sampling import SamplingConfig
     from ascp.prompts import PromptTemplate
     from ascp.schedulers.base import EmbedFn
 
@@ -83,7 +83,7 @@ class Probe:
                  **estimator_options: Any) -> None:
         from ascp.attribution import make_estimator
         from ascp.attribution.probe import ProbeConfig
-        from ascp.lm.generation import SamplingConfig
+        from ascp.lm.sampling import SamplingConfig
 
         if estimator == "contextcite":
             estimator_options.setdefault("seed", seed)
@@ -193,7 +193,7 @@ def run_portfolios(cases: Sequence[Case], *, policy: str = "ascp", k: int = 5, T
     """
     from ascp.attribution import make_estimator
     from ascp.embed import embed
-    from ascp.lm.generation import SamplingConfig
+    from ascp.lm.sampling import SamplingConfig
     from ascp.loop import LoopConfig
     from ascp.runner import run_policy
     from ascp.schedulers import check_scheduler

@@ -31,7 +31,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from ascp.errors import AscpError
-from ascp.lm.generation import derive_seed
+from ascp.lm.sampling import derive_seed
 from ascp.params import Param, validate
 from ascp.schedulers.base import RoundFeedback
 from ascp.types import Case

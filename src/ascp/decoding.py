@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
-from ascp.lm.generation import Generation, LogitMix, SamplingConfig
 from ascp.lm.protocol import LanguageModel, SteerableModel, model_name
+from ascp.lm.sampling import Generation, LogitMix, SamplingConfig
 from ascp.prompts import PromptTemplate
 from ascp.types import Passage
 

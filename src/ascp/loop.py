@@ -31,8 +31,8 @@ from ascp.attribution.base import Estimator, ProbeInput, read_scores
 from ascp.decoding import SteerConfig, SteerStreams, generate_steered, overused_set, steer_prompts
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
-from ascp.lm.generation import SamplingConfig, derive_seed
 from ascp.lm.protocol import LanguageModel
+from ascp.lm.sampling import SamplingConfig, derive_seed
 from ascp.prompts import PromptTemplate
 from ascp.schedulers import make_scheduler
 from ascp.schedulers.base import RoundFeedback, Scheduler, Selection

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ascp.consumers import Consumer
-from ascp.lm.generation import derive_seed
+from ascp.lm.sampling import derive_seed
 from ascp.metrics import evidence_ceiling, evidence_coverage_rate, offered_count, used_count
 from ascp.schedulers import make_scheduler
 from ascp.schedulers.base import EmbedFn, PoolView, RoundFeedback

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from ascp.attribution.base import Estimator, ProbeInput, read_scores
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
-from ascp.lm.generation import SamplingConfig, derive_seed
+from ascp.lm.sampling import SamplingConfig, derive_seed
 from ascp.prompts import PromptTemplate
 from ascp.types import AttributionRequest, AttributionResult, TokenLogprobs
 

@@ -36,7 +36,7 @@ def run_attribution(
 ) -> None:
     from ascp.api import Probe, load_model
     from ascp.jsonio import write_jsonl
-    from ascp.lm.generation import SamplingConfig
+    from ascp.lm.sampling import SamplingConfig
     from ascp.requests import load_requests
 
     # Everything that can be checked without the model is checked first (Probe's settings too,
@@ -164,8 +164,8 @@ def validate_probe(
     with user_errors():
         from ascp.attribution import ESTIMATOR_NAMES
         from ascp.data import load_cases
-        from ascp.lm.generation import SamplingConfig
         from ascp.lm.resolve import load_language_model
+        from ascp.lm.sampling import SamplingConfig
         from ascp.runio import check_out_dir
         from ascp.validation import experiment as vx
         from ascp.validation.pools import PADDINGS

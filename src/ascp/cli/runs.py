@@ -112,7 +112,7 @@ def run(
         steer_config = SteerConfig(alpha=0.5 if alpha is None else alpha, eta=0.1 if eta is None else eta,
                                    contrast=contrast, apc=apc) if steer else None
         from ascp.api import prompt_template
-        from ascp.lm.generation import SamplingConfig
+        from ascp.lm.sampling import SamplingConfig
 
         prompt = read_template(template)
         prompt_template(template=prompt, system=system)  # a bad template fails before any work

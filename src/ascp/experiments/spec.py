@@ -59,7 +59,7 @@ class Settings:
     system: str = ""  # a system message
 
     def sampling(self):
-        from ascp.lm.generation import SamplingConfig
+        from ascp.lm.sampling import SamplingConfig
 
         return SamplingConfig(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
                               repetition_penalty=self.repetition_penalty, max_new_tokens=self.max_new_tokens)

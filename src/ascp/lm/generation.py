@@ -1,9 +1,9 @@
-"""Batched sampling generation with one random stream per prompt.
+"""Batched sampling generation in transformers, one random stream per prompt.
 
 Each prompt draws from its own `torch.Generator`, seeded by the caller, so a prompt's sample
 does not depend on which other prompts share its batch (up to last-bit differences of batched
-arithmetic). Sampling follows the paper's setting by default: temperature 0.7, top-p 1,
-top-k off, repetition penalty 1. Temperature 0 decodes greedily.
+arithmetic). The sampling step itself (settings, penalties, mix, draws) is backend-independent:
+`ascp.lm.sampling`.
 
 `generate_streams` is the general loop: an item may be conditioned on several prompts
 ("streams", e.g. the three of steered decoding in `ascp.decoding`) decoded in lockstep as rows
@@ -14,56 +14,12 @@ sampling (`generate`) is the one-stream case and runs exactly the code it always
 from __future__ import annotations
 
 import functools
-import hashlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
 
-from ascp.errors import AscpError
 from ascp.lm.hf import HFLanguageModel
+from ascp.lm.sampling import BatchRows, Generation, LogitMix, SamplingConfig, StepSampler, derive_seed, run_in_batches
 
-
-@dataclass(frozen=True)
-class SamplingConfig:
-    temperature: float = 0.7
-    top_p: float = 1.0
-    top_k: int = 0  # 0 disables top-k filtering
-    repetition_penalty: float = 1.0
-    max_new_tokens: int = 128
-
-    def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise AscpError(f"temperature must be >= 0, got {self.temperature}.")
-        if not 0 < self.top_p <= 1:
-            raise AscpError(f"top-p must be in (0, 1], got {self.top_p}.")
-        if self.top_k < 0 or self.max_new_tokens < 1 or self.repetition_penalty <= 0:
-            raise AscpError("top-k must be >= 0, max new tokens >= 1 and repetition penalty > 0.")
-
-
-@dataclass(frozen=True)
-class Generation:
-    token_ids: tuple[int, ...]  # without the end-of-turn token
-    text: str
-    finished: bool  # True when the model emitted an end token before the limit
-
-
-def derive_seed(seed: int, *keys: object) -> int:
-    """A stable 63-bit seed for one item from a run seed and the item's identity."""
-    digest = hashlib.blake2b(repr((seed, *keys)).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 1
-
-
-def _filter_logits(torch, logits, config: SamplingConfig):
-    if config.top_k > 0:
-        kth = torch.topk(logits, min(config.top_k, logits.shape[-1]), dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if config.top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
-        cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
-        drop = cumulative - torch.softmax(sorted_logits, dim=-1) >= config.top_p  # keep the first token always
-        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
-    return logits
+__all__ = ["Generation", "LogitMix", "SamplingConfig", "derive_seed", "generate", "generate_streams"]
 
 
 def generate(
@@ -76,13 +32,6 @@ def generate(
 ) -> list[Generation]:
     """Sample one continuation per prompt (token ids), batching independent prompts."""
     return generate_streams(lm, [(p,) for p in prompts], config, seeds, batch_size, on_batch)
-
-
-LogitMix = Callable[[Any, Sequence[tuple[int, ...]], Sequence[int]], Any]
-"""`mix(logits, rows, items)`: the fp32 next-token logits of every row of a batch, `[rows, V]`
-(repetition penalty applied per row), the row of each stream of each item in the batch, and
-the items' indices in the call -> one row of logits per item, `[len(items), V]`, which the
-sampler then tempers, filters and samples."""
 
 
 def generate_streams(
@@ -109,78 +58,27 @@ def generate_streams(
     as one left-padded batch; models whose cache cannot be cropped (`supports_prefix_cache`)
     take the padded pass.
     """
-    if len(streams) != len(seeds):
-        raise ValueError("one seed per prompt is required")
-    if any(not item for item in streams):
-        raise ValueError("every item needs at least one stream")
-    results: list[Generation] = []
-    for lo in range(0, len(streams), batch_size):
-        items = range(lo, min(lo + batch_size, len(streams)))
-        results.extend(_generate_batch(lm, [streams[i] for i in items], config, [seeds[i] for i in items], items, mix))
-        if on_batch:
-            on_batch(len(items))
-    return results
+    return run_in_batches(streams, seeds, batch_size, on_batch,
+                          lambda batch, batch_seeds, items: _generate_batch(lm, batch, config, batch_seeds, items, mix))
 
 
 def _generate_batch(lm, streams, config: SamplingConfig, seeds, items, mix) -> list[Generation]:
     import torch
 
     device = lm.device
-    prompts: list[tuple[int, ...]] = []  # one per row
-    row_item: list[int] = []  # the item (batch-local) each row belongs to
-    item_rows: list[tuple[int, ...]] = []  # the row of each stream of each item
-    for local, item in enumerate(streams):
-        own: dict[tuple[int, ...], int] = {}
-        for ids in item:
-            key = tuple(ids)
-            if key not in own:
-                own[key] = len(prompts)
-                prompts.append(key)
-                row_item.append(local)
-        item_rows.append(tuple(own[tuple(ids)] for ids in item))
-    first_rows = [rows[0] for rows in item_rows]
-    n = len(streams)
-    pad = lm.pad_token_id
-    if len(prompts) > n and lm.supports_prefix_cache:
-        logits, cache, mask, last_pos = _packed_prefill(torch, lm, prompts, item_rows, config.max_new_tokens)
+    rows = BatchRows.of(streams)
+    prompts = rows.prompts
+    if len(prompts) > rows.n_items and lm.supports_prefix_cache:
+        logits, cache, mask, last_pos = _packed_prefill(torch, lm, prompts, rows.item_rows, config.max_new_tokens)
     else:
         logits, cache, mask, last_pos = _padded_prefill(torch, lm, prompts)
-    generators = [torch.Generator(device="cpu").manual_seed(int(s)) for s in seeds]
-    eos = lm.eos_token_ids
-    seen = None
-    if config.repetition_penalty != 1.0:
-        width = max(len(p) for p in prompts)
-        seen = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], dtype=torch.long, device=device)
-    out_ids: list[list[int]] = [[] for _ in range(n)]
-    finished = [False] * n
+    sampler = StepSampler(torch, rows, config, seeds, items, lm.eos_token_ids, lm.pad_token_id, mix, device)
     with torch.inference_mode():
         for step in range(config.max_new_tokens):
-            if seen is not None:
-                picked = logits.gather(-1, seen)
-                picked = torch.where(picked > 0, picked / config.repetition_penalty, picked * config.repetition_penalty)
-                logits = logits.scatter(-1, seen, picked)
-            if mix is not None:
-                logits = mix(logits, item_rows, items)
-            elif len(prompts) != n:
-                logits = logits[first_rows]
-            if config.temperature == 0:
-                sampled = logits.argmax(dim=-1).cpu()
-            else:
-                probs = torch.softmax(_filter_logits(torch, logits / config.temperature, config), dim=-1).cpu()
-                sampled = torch.stack([torch.multinomial(probs[r], 1, generator=generators[r])[0] for r in range(n)])
-            for r, token in enumerate(sampled.tolist()):
-                if finished[r]:
-                    continue
-                if token in eos:
-                    finished[r] = True
-                else:
-                    out_ids[r].append(token)
-            if all(finished) or step == config.max_new_tokens - 1:
+            sampler.step(logits)
+            if sampler.done or step == config.max_new_tokens - 1:
                 break
-            tokens = sampled.tolist()
-            next_ids = torch.tensor([pad if finished[i] else tokens[i] for i in row_item], device=device)[:, None]
-            if seen is not None:
-                seen = torch.cat([seen, next_ids], dim=-1)
+            next_ids = torch.tensor(sampler.row_tokens(), device=device)[:, None]
             mask = torch.cat([mask, torch.ones_like(next_ids)], dim=-1)
             last_pos = last_pos + 1
             out = lm.model(
@@ -188,7 +86,7 @@ def _generate_batch(lm, streams, config: SamplingConfig, seeds, items, mix) -> l
                 cache=cache, use_cache=True, logits_to_keep=1,
             )
             logits = out.logits[:, -1, :].to(torch.float32)
-    return [Generation(tuple(ids), lm.decode(ids), done) for ids, done in zip(out_ids, finished, strict=True)]
+    return sampler.results(lm.decode)
 
 
 def _padded_prefill(torch, lm, prompts):

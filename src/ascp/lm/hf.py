@@ -14,7 +14,7 @@ from ascp.lm.protocol import ScoredPrompts
 from ascp.lm.tokenized import TokenizedModel
 
 if TYPE_CHECKING:
-    from ascp.lm.generation import Generation, LogitMix, SamplingConfig
+    from ascp.lm.sampling import Generation, LogitMix, SamplingConfig
 
 
 @dataclass

@@ -18,7 +18,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from ascp.lm.encoded import EncodedPrompt
-    from ascp.lm.generation import Generation, LogitMix, SamplingConfig
+    from ascp.lm.sampling import Generation, LogitMix, SamplingConfig
     from ascp.prompts import PromptTemplate
     from ascp.types import Passage
 
@@ -87,7 +87,7 @@ class SteerableModel(LanguageModel, Protocol):
         batch_size: int = 8, on_batch: Callable[[int], None] | None = None, mix: LogitMix | None = None,
     ) -> list[Generation]:
         """Like `generate`, but an item is several prompts; `mix` turns their next-token logits into
-        the logits the item samples from (see `ascp.lm.generation.LogitMix`)."""
+        the logits the item samples from (see `ascp.lm.sampling.LogitMix`)."""
         ...
 
 

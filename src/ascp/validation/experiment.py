@@ -34,7 +34,7 @@ from ascp.attribution import ESTIMATOR_NAMES, make_estimator
 from ascp.attribution.base import ProbeInput, read_scores
 from ascp.attribution.probe import sample_responses
 from ascp.errors import AscpError
-from ascp.lm.generation import SamplingConfig, derive_seed
+from ascp.lm.sampling import SamplingConfig, derive_seed
 from ascp.prompts import PromptTemplate
 from ascp.types import Case
 from ascp.validation.pools import DEFAULT_MAX_WORDS, PADDINGS, ControlledPool, PoolBuilder, Skip, check_pool_args

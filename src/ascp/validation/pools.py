@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from ascp.errors import AscpError
-from ascp.lm.generation import derive_seed
+from ascp.lm.sampling import derive_seed
 from ascp.types import AnswerUnit, Case, Passage
 
 PADDINGS = ("off-query", "same-query", "duplicates")
