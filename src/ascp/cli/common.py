@@ -72,6 +72,12 @@ ModelOpt = Annotated[
     str,
     typer.Option("--model", help="'default' (embedded SmolLM2-135M), a model folder, a .gguf file or a cached hub id."),
 ]
+BackendOpt = Annotated[
+    str,
+    typer.Option("--backend", help="auto (llama.cpp for a GGUF file on the CPU where installed, else transformers), "
+                 "hf (transformers) or llamacpp."),
+]
+DeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for free-protocol generation and ContextCite masks.")]
 DataOpt = Annotated[Path, typer.Option("--data", help="Cases: generic JSONL or an ALCE-style ASQA JSON file.")]
 KOpt = Annotated[int, typer.Option("--k", help="Passages per context.")]

@@ -9,6 +9,8 @@ from typing import Annotated, Any
 import typer
 
 from ascp.cli.common import (
+    BackendOpt,
+    DeviceOpt,
     EstimatorOpt,
     Input,
     ModelOpt,
@@ -32,7 +34,7 @@ def run_attribution(
     input_path: Path, estimator_name: str, model: str, seed: int, out_path: Path | None,
     max_new_tokens: int, temperature: float, top_p: float, threshold: float | None,
     instruction: str, device: str, show: bool, html_path: Path | None = None, template: str | None = None,
-    system: str = "",
+    system: str = "", backend: str = "auto",
 ) -> None:
     from ascp.api import Probe, load_model
     from ascp.jsonio import write_jsonl
@@ -50,7 +52,7 @@ def run_attribution(
         if target is not None and not target.parent.exists():
             raise AscpError(f"output folder {target.parent} does not exist; create it first.")
     with err.status(f"loading model {model!r}"):
-        probe = Probe(load_model(model, device=device), estimator_name, **settings)
+        probe = Probe(load_model(model, device=device, backend=backend), estimator_name, **settings)
     with _progress() as bar:
         free = sum(r.response is None for r in requests)
         gen_task = bar.add_task("generating responses", total=free) if free else None
@@ -87,7 +89,8 @@ def attribute(
     top_p: Annotated[float, typer.Option("--top-p")] = 1.0,
     threshold: ThresholdOpt = None,
     instruction: Annotated[str, typer.Option("--instruction", help="commit or integrate.")] = "commit",
-    device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
+    device: DeviceOpt = "auto",
+    backend: BackendOpt = "auto",
     show: Annotated[bool, typer.Option("--show", help="Also print a table per request.")] = False,
     html: Annotated[Path | None, typer.Option("--html", help="Also write a self-contained page: each request's "
                                               "passages shaded by their normalised score.")] = None,
@@ -97,7 +100,7 @@ def attribute(
     """Score how much a fixed (or freshly generated) response relied on each passage."""
     with user_errors():
         run_attribution(input, estimator, model, seed, out_path, max_new_tokens, temperature, top_p,
-                        threshold, instruction, device, show, html, template, system)
+                        threshold, instruction, device, show, html, template, system, backend)
 
 
 
@@ -156,7 +159,8 @@ def validate_probe(
     format: Annotated[str, typer.Option("--format", help="auto or a format name (docs/data.md).")] = "auto",
     max_passage_words: Annotated[int, typer.Option("--max-passage-words")] = 200,
     bootstrap: Annotated[int, typer.Option("--bootstrap", help="Cluster-bootstrap replicates.")] = 2000,
-    device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
+    device: DeviceOpt = "auto",
+    backend: BackendOpt = "auto",
     template: TemplateOpt = None,
     system: SystemOpt = "",
 ) -> None:
@@ -187,7 +191,7 @@ def validate_probe(
         _, selected = vx.select(cases, cases, config)
         err.print(f"{len(selected)} eligible cases selected", markup=False, highlight=False)
         with err.status(f"loading model {model!r}"):
-            lm = load_language_model(model, device=device)
+            lm = load_language_model(model, device=device, backend=backend)
         run = vx.run_validation(lm, selected, cases, config, log=lambda s: err.print(s, markup=False, highlight=False))
         def command(limit, max_minutes) -> str:
             return " ".join(
@@ -198,7 +202,7 @@ def validate_probe(
                  f"--temperature {temperature}", f"--instruction {instruction}",
                  *([f"--max-minutes {max_minutes:g}"] if max_minutes else []), f"--format {format}",
                  f"--max-passage-words {max_passage_words}", f"--bootstrap {bootstrap}",
-                 f"--device {device}",
+                 f"--device {device}", f"--backend {backend}",
                  *([f"--template {shlex.quote(template)}"] if template else []),
                  *([f"--system {shlex.quote(system)}"] if system else [])])
 

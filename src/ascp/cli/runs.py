@@ -9,7 +9,9 @@ from typing import Annotated
 import typer
 
 from ascp.cli.common import (
+    BackendOpt,
     DataOpt,
+    DeviceOpt,
     EstimatorOpt,
     KOpt,
     ModelOpt,
@@ -41,7 +43,7 @@ def _validate_run_args(policy: str, k: int, T: int, estimator: str) -> None:
 
 def execute_run(
     cases, policy: str, k: int, T: int, model: str, estimator: str, seed: int, max_new_tokens: int,
-    device: str, lm=None, steer=None, template: str | None = None, system: str = "",
+    device: str, lm=None, steer=None, template: str | None = None, system: str = "", backend: str = "auto",
 ):
     """Run one policy over loaded cases with a progress bar; returns (portfolios, case rows, lm).
 
@@ -54,7 +56,7 @@ def execute_run(
             raise AscpError(f"case {case.id!r}: its pool has {len(case.pool)} passages, fewer than k={k}.")
     if lm is None:
         with err.status(f"loading model {model!r}"):
-            lm = load_model(model, device=device)
+            lm = load_model(model, device=device, backend=backend)
     with _progress() as bar:
         task = bar.add_task(f"{policy} k={k} T={T}", total=len(cases) * T)
         portfolios = run_portfolios(cases, policy=policy, k=k, T=T, model=lm, estimator=estimator, seed=seed,
@@ -81,7 +83,8 @@ def run(
     rank_by: Annotated[str, typer.Option("--rank-by", help="Pool order: auto (the format's default: given for "
                                          "jsonl, dense for ASQA), given, dense or bm25.")] = "auto",
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens")] = 64,
-    device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
+    device: DeviceOpt = "auto",
+    backend: BackendOpt = "auto",
     steer: Annotated[bool, typer.Option("--steer", help="Attribution-steered decoding (Eq. 5 + APC) from round 2 "
                                         "on, away from passages the probe flagged as used.")] = False,
     alpha: Annotated[float | None, typer.Option("--alpha", help="Steering strength, >= 0 (with --steer; "
@@ -102,6 +105,7 @@ def run(
         from ascp.data import load_cases
         from ascp.decoding import SteerConfig
         from ascp.display import summary_table
+        from ascp.lm.protocol import backend_name
         from ascp.runio import check_out_dir, write_run
 
         _validate_run_args(policy, k, T, estimator)
@@ -118,10 +122,10 @@ def run(
         prompt_template(template=prompt, system=system)  # a bad template fails before any work
         check_out_dir(out_dir, overwrite=overwrite)
         cases = load_cases(data, format=format, rank_by=rank_by, limit=limit)
-        portfolios, rows, _ = execute_run(cases, policy, k, T, model, estimator, seed, max_new_tokens, device,
-                                          steer=steer_config, template=prompt, system=system)
+        portfolios, rows, lm = execute_run(cases, policy, k, T, model, estimator, seed, max_new_tokens, device,
+                                          steer=steer_config, template=prompt, system=system, backend=backend)
         run_config = {"data": str(data), "format": format, "rank_by": rank_by, "policy": policy, "k": k, "T": T,
-                      "model": model, "estimator": estimator, "seed": seed, "limit": limit,
+                      "model": model, "backend": backend_name(lm), "estimator": estimator, "seed": seed, "limit": limit,
                       "sampling": SamplingConfig(max_new_tokens=max_new_tokens).__dict__,
                       "steer": steer_config.to_json() if steer_config else None,
                       "template": prompt, "system": system}
@@ -136,6 +140,7 @@ def demo(
     seed: SeedOpt = 0,
     k: Annotated[int, typer.Option("--k")] = 2,
     T: Annotated[int, typer.Option("--T")] = 4,
+    backend: BackendOpt = "auto",
 ) -> None:
     """Compare ascp, rotate and vanilla portfolios on the bundled demo set (embedded defaults)."""
     with user_errors():
@@ -149,7 +154,8 @@ def demo(
                   f"k={k}, T={T}, model {model!r}, causal LOO probe\n")
         lm, means = None, {}
         for policy in ("ascp", "rotate", "vanilla"):
-            portfolios, rows, lm = execute_run(cases, policy, k, T, model, "loo", seed, 48, "auto", lm=lm)
+            portfolios, rows, lm = execute_run(cases, policy, k, T, model, "loo", seed, 48, "auto", lm=lm,
+                                               backend=backend)
             for case, portfolio, row in zip(cases, portfolios, rows, strict=True):
                 out.print(portfolio_panel(case, portfolio, row))
             means[policy] = summarize(rows)

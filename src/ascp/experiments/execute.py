@@ -14,6 +14,7 @@ from typing import Any
 from ascp.experiments.condition import Condition
 from ascp.experiments.plan import Chunk
 from ascp.experiments.spec import Settings
+from ascp.lm.protocol import backend_name
 
 
 def loop_config(condition: Condition, seed: int, settings: Settings):
@@ -43,7 +44,8 @@ def run_chunk(lm, chunk: Chunk, embed_fn: Callable, progress: Callable[[int], No
     records = []
     for case, portfolio, row in zip(chunk.cases, portfolios, rows, strict=True):
         records.append({
-            "task": chunk.task, "model": chunk.model.name, "seed": chunk.seed, "case_id": case.id,
+            "task": chunk.task, "model": chunk.model.name, "backend": backend_name(lm), "seed": chunk.seed,
+            "case_id": case.id,
             **chunk.condition.fields(),
             **portfolio.metrics,
             "pool": row["pool"],
@@ -53,7 +55,7 @@ def run_chunk(lm, chunk: Chunk, embed_fn: Callable, progress: Callable[[int], No
     return records
 
 
-def load_model(model_source: str, device: str):
+def load_model(model_source: str, device: str, backend: str = "auto"):
     from ascp.lm.resolve import load_language_model
 
-    return load_language_model(model_source, device=device)
+    return load_language_model(model_source, device=device, backend=backend)

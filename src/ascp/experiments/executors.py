@@ -35,7 +35,7 @@ def run_local(chunks: Sequence[Chunk], store: RunStore, embed_fn: EmbedFn | None
         group = list(grouped)
         settings = group[0].settings
         embed = MemoEmbedder(embed_fn or resolve_embedder(settings.embedder))
-        lm = load_model(model.source, settings.device)
+        lm = load_model(model.source, settings.device, settings.backend)
         for chunk in group:
             records = run_chunk(lm, chunk, embed, progress=lambda n: progress(n, 0))
             progress(0, sum(store.write(r) for r in records))
@@ -55,11 +55,12 @@ def import_ray():
 class ChunkWorker:
     """A Ray actor body: holds one model (loaded once) and runs the chunks it is sent."""
 
-    def __init__(self, model_source: str, device: str, embedder: str, embed_fn: EmbedFn | None = None) -> None:
+    def __init__(self, model_source: str, device: str, embedder: str, embed_fn: EmbedFn | None = None,
+                 backend: str = "auto") -> None:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         self.error: str | None = None  # a user error while loading, re-raised by run() as a task error
         try:
-            self.lm = load_model(model_source, device)
+            self.lm = load_model(model_source, device, backend)
             self.embed = MemoEmbedder(embed_fn or resolve_embedder(embedder))
         except AscpError as exc:
             self.error = str(exc)
@@ -93,7 +94,7 @@ def run_ray(chunks: Sequence[Chunk], store: RunStore, workers: int = 1, address:
         for model, grouped in itertools.groupby(chunks, key=lambda c: c.model):
             group = list(grouped)
             settings = group[0].settings
-            actors = [remote.remote(model.source, settings.device, settings.embedder, embed_fn)
+            actors = [remote.remote(model.source, settings.device, settings.embedder, embed_fn, settings.backend)
                       for _ in range(max(1, min(workers, len(group))))]
             try:
                 pool = ActorPool(actors)

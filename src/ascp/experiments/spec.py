@@ -17,7 +17,7 @@ from ascp.errors import AscpError
 from ascp.experiments.condition import ARMS, FIELDS, Condition
 
 TOP_KEYS = ("name", "description", "tasks", "models", "seeds", "grid", "conditions", "sampling", "embedder",
-            "batch_cases", "batch_size", "threshold", "device", "template", "system")
+            "batch_cases", "batch_size", "threshold", "device", "backend", "template", "system")
 TASK_KEYS = ("name", "data", "format", "limit", "rank_by", "depth", "min_pool")
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_new_tokens")
 GRID_KEYS = ("policy", *FIELDS)
@@ -55,6 +55,7 @@ class Settings:
     batch_size: int = 8  # sequences per generation batch inside the loop
     threshold: float | None = None
     device: str = "auto"
+    backend: str = "auto"  # auto | hf | llamacpp (ascp.lm.resolve.choose_backend)
     template: str | None = None  # the user's own prompt ({passages} then {question}); None: the instruction
     system: str = ""  # a system message
 
@@ -281,6 +282,12 @@ def _settings(raw: dict[str, Any], base: Path) -> Settings:
     if not isinstance(device, str) or not re.match(r"^(auto|cpu|cuda(:\d+)?|mps)$", device):
         raise _fail("device", f"expected auto, cpu or cuda[:n], got {device!r}.")
     values["device"] = device
+    from ascp.lm.resolve import BACKENDS
+
+    backend = raw.get("backend", "auto")
+    if backend not in BACKENDS:
+        raise _fail("backend", f"expected {', '.join(BACKENDS)}, got {backend!r}.")
+    values["backend"] = backend
     template, system = raw.get("template"), raw.get("system", "")
     if template is not None or system:
         from ascp.api import prompt_template

@@ -24,6 +24,7 @@ class HFLanguageModel(TokenizedModel):
     model: Any
     tokenizer: Any
     name: str
+    backend = "hf"
 
     def __post_init__(self) -> None:
         self.model.eval()

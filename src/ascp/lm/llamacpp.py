@@ -247,6 +247,7 @@ class LlamaCppModel(TokenizedModel):
     tokenizer: Any
     name: str
     score_weights: str = "f16"
+    backend = "llamacpp"
     _engines: dict[str, _Engine] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:

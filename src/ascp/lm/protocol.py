@@ -93,3 +93,8 @@ class SteerableModel(LanguageModel, Protocol):
 
 def model_name(lm: Any) -> str:
     return str(getattr(lm, "name", type(lm).__name__))
+
+
+def backend_name(lm: Any) -> str:
+    """The backend that runs a model (`hf`, `llamacpp`, ...), or its class name for other models."""
+    return str(getattr(lm, "backend", type(lm).__name__))
