@@ -5,7 +5,16 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.ascp-installed
-LOCKS  := requirements.lock requirements-assets.lock
+LOCKS  := requirements.lock requirements-assets.lock requirements-llamacpp.lock
+# The llama.cpp backend (the fast CPU path for GGUF files) builds from source, about 4 minutes on
+# 2 cores. Explicit, portable x86-64 flags: GGML_NATIVE=ON crashed on a sandbox that reports AMX
+# but grants no AMX tile state, and these run on every AVX2 CPU. `make setup WITH_LLAMACPP=0`
+# skips it (everything then runs on transformers).
+WITH_LLAMACPP ?= 1
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF \
+	-DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+	-DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=OFF
+NPROC := $(shell nproc 2>/dev/null || echo 2)
 
 # The lock's target: CPython 3.11 on Linux x86_64 (the interpreter and the CPU torch wheel it was
 # resolved for). `make lock` resolves against these, whatever machine it runs on.
@@ -38,6 +47,11 @@ $(STAMP): $(LOCKS) pyproject.toml Makefile | python-version
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --require-hashes --no-deps -r requirements.lock -r requirements-assets.lock
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
+	if [ "$(WITH_LLAMACPP)" = 1 ]; then \
+	  echo "building llama-cpp-python from source (about 4 minutes)"; \
+	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) PATH="$(abspath $(BIN)):$$PATH" \
+	    $(BIN)/pip install -q --require-hashes --no-deps --no-build-isolation -r requirements-llamacpp.lock; \
+	fi
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -69,6 +83,8 @@ lock: $(UV)
 	$(UV_COMPILE) $(LOCK_UPGRADE) pyproject.toml requirements/pins.in --extra dev --extra ray --extra langchain \
 		--extra llamaindex --extra haystack -o requirements.lock
 	$(UV_COMPILE) $(LOCK_UPGRADE) --no-deps requirements/assets.in -o requirements-assets.lock
+	$(UV_COMPILE) $(LOCK_UPGRADE) --no-deps requirements/llamacpp.in --constraint requirements.lock \
+		-o requirements-llamacpp.lock
 	$(UV_COMPILE) $(LOCK_UPGRADE) pyproject.toml requirements/pins.in --extra dev --extra ray --extra langchain \
 		--extra llamaindex --extra haystack --extra bench \
 		--constraint requirements.lock -o requirements-bench.lock
@@ -81,7 +97,8 @@ check-latest: python-version
 	rm -rf $(LATEST)
 	$(PYTHON) -m venv $(LATEST)
 	$(LATEST)/bin/pip install -q --no-cache-dir --upgrade pip
-	$(LATEST)/bin/pip install -q --no-cache-dir torch==2.13.0 -e ".[dev,ray,langchain,llamaindex,haystack]"
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) $(LATEST)/bin/pip install -q --no-cache-dir \
+		torch==2.13.0 -e ".[dev,ray,langchain,llamaindex,haystack,llamacpp]"
 	$(LATEST)/bin/pip install -q --no-cache-dir --no-deps -r requirements-assets.lock
 	$(LATEST)/bin/pip list --format=freeze > $(LATEST)/versions.txt
 	$(LATEST)/bin/pytest -q -p no:cacheprovider || { echo "check-latest: the newest releases break the tests (versions in $(LATEST)/versions.txt; diff against requirements.lock)." >&2; exit 1; }
