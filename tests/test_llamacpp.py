@@ -66,8 +66,8 @@ def test_auto_picks_llamacpp_for_the_embedded_gguf_on_the_cpu():
 def test_prompt_ids_equal_llama_cpp_own_tokenizer(lcpp):
     """Canonical tokenization: the HF tokenizer built from the GGUF gives the ids llama.cpp's own
     tokenizer gives for the same text (special tokens parsed)."""
-    lib = lcpp._engine("model").lib
-    vocab = lib.llama_model_get_vocab(lcpp._engine("model").model)
+    lib = lcpp._engine().lib
+    vocab = lib.llama_model_get_vocab(lcpp._engine().model)
     for k in (1, 5, 10):
         prompt = lcpp.encode_prompt(QUESTION, passages(k))
         data = prompt.text.encode()

@@ -53,8 +53,10 @@ def default_data_root() -> Path:
     return Path(env) if env else Path("../shared/data")
 
 
-def preset_spec(name: str, data_root: Path, limit: int | None = None):
-    """The preset's `ExperimentSpec`, its data paths resolved under `data_root` (checked to exist)."""
+def preset_spec(name: str, data_root: Path, limit: int | None = None, model: str | None = None,
+                backend: str | None = None):
+    """The preset's `ExperimentSpec`, its data paths resolved under `data_root` (checked to exist);
+    `model` replaces the preset's generator (a model spec as `--model` takes), `backend` its backend."""
     import yaml
 
     from ascp.experiments.spec import parse_spec
@@ -72,18 +74,26 @@ def preset_spec(name: str, data_root: Path, limit: int | None = None):
             raise AscpError(f"--limit must be at least 1, got {limit}.")
         for task in raw["tasks"]:
             task["limit"] = limit
+    if model is not None:
+        path = Path(model).expanduser()
+        raw["models"] = [model if model == "default" or not path.exists()
+                         else {"name": path.stem, "path": str(path.resolve())}]
+    if backend is not None:
+        raw["backend"] = backend
+    if limit is not None or model is not None or backend is not None:
         text = yaml.safe_dump(raw, sort_keys=False)
     return parse_spec(raw, base=data_root, text=text)
 
 
 def reproduce(name: str, out: str | Path, data_root: str | Path | None = None, limit: int | None = None,
-              progress=None, on_start=None, n_boot: int = 10_000):
+              progress=None, on_start=None, n_boot: int = 10_000, model: str | None = None,
+              backend: str | None = None):
     """Run (or resume) the preset into `out`, then write `out/report` with the paper's signs checked."""
     from ascp.experiments.run import prepare, run_experiment
     from ascp.report import write_report
 
     root = Path(data_root) if data_root is not None else default_data_root()
-    spec = preset_spec(name, root, limit)
+    spec = preset_spec(name, root, limit, model=model, backend=backend)
     plan = prepare(spec)
     result = run_experiment(spec, out, plan=plan, progress=progress, on_start=on_start)
     report = write_report(out, n_boot=n_boot, claims=PRESET_CLAIMS[name],

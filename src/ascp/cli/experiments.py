@@ -179,6 +179,10 @@ def reproduce_command(
     data_root: Annotated[Path | None, typer.Option("--data-root", help="Folder holding asqa/ (default: $ASCP_DATA, "
                                                    "else ../shared/data).")] = None,
     limit: Annotated[int | None, typer.Option("--limit", help="Queries per task (default: the preset's).")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Replace the preset's generator: a model folder, "
+                                              "a .gguf file or a cached hub id.")] = None,
+    backend: Annotated[str | None, typer.Option("--backend", help="auto, hf or llamacpp (default: the "
+                                                "preset's, auto).")] = None,
 ) -> None:
     """Run a packaged reduction of the paper's experiments, then report which of its signs reproduce."""
     from ascp.reproduce import reproduce
@@ -188,7 +192,8 @@ def reproduce_command(
 
         try:
             with bar:
-                result, report = reproduce(preset, out_dir, data_root, limit, progress=progress, on_start=on_start)
+                result, report = reproduce(preset, out_dir, data_root, limit, progress=progress, on_start=on_start,
+                                           model=model, backend=backend)
         except KeyboardInterrupt:
             err.print(f"interrupted; finished units are kept in {out_dir}; rerun the same command to resume.")
             raise typer.Exit(130) from None

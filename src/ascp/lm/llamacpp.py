@@ -1,20 +1,20 @@
 """`LlamaCppModel`: quantized GGUF inference on the CPU through llama.cpp (the `llamacpp` extra).
 
-One implementation of the model seam (`ascp.lm.protocol`), chosen per operation by what
-dominates its cost (measured in `docs/results/backends.md`):
+One implementation of the model seam (`ascp.lm.protocol`). By default it runs an f16 copy of
+the GGUF's weights (`weights="f16"`, made once with llama.cpp's own converter and cached under
+`$ASCP_HOME/models/`): ascp's work is mostly prefill (prompts of hundreds of tokens, short
+answers, teacher-forced scoring), where llama.cpp's f16 kernels are faster than its 4-bit ones
+on CPUs without int8 dot-product units, and the f16 copy rounds the de-quantised weights only to
+f16. `weights="model"` runs the file as given (less memory, the faster decoding steps). Either
+way one set of weights both generates and is probed. Measured in `docs/results/backends.md`.
 
-- Generation is memory-bound (every step streams all weights for a handful of tokens), so it
-  runs on the GGUF file as given (4-bit for the embedded model): several times the tokens/s of
-  fp32 transformers. Each row of a batch is its own llama.cpp sequence; the sampling step is
-  the one every backend shares (`ascp.lm.sampling`), so per-row seeds, steering (three streams
-  per item in lockstep, Eq. 5) and greedy decoding behave as on transformers.
-- Scoring (the probe's teacher-forced passes) is compute-bound prefill. By default it runs on an
-  f16 copy of the same weights (`score_weights="f16"`, made once from the GGUF with llama.cpp's
-  own converter and cached under `$ASCP_HOME/models/`), which prefills faster than 4-bit on
-  CPUs without int8 dot-product kernels and rounds the de-quantised weights only to f16;
-  `score_weights="model"` scores with the file as given. Prefix reuse is exact: one sequence,
-  cut back to the longest common token prefix (`llama_memory_seq_rm`) before each variant
-  (`ascp.lm.scoring.score_with_runner`).
+- Generation: each row of a batch is its own llama.cpp sequence, all rows decode in one call per
+  step, and the sampling step is the one every backend shares (`ascp.lm.sampling`), so per-row
+  seeds, steering (three streams per item in lockstep, Eq. 5) and greedy decoding behave as on
+  transformers.
+- Scoring: prefix reuse is exact: one sequence, cut back to the longest common token prefix
+  (`llama_memory_seq_rm`) before each variant (`ascp.lm.scoring.score_with_runner`), every pass
+  at least `MIN_SCORING_FEED` tokens long.
 
 Prompts are tokenized by the Hugging Face tokenizer built from the GGUF's own vocabulary
 (canonical tokenization, `ascp.lm.tokenized`), and the ids are fed to llama.cpp as they are.
@@ -47,12 +47,13 @@ INSTALL_HINT = (
     "install the llamacpp extra with `make llamacpp` (it builds llama-cpp-python from source with portable "
     "AVX2 flags, about 4 minutes), or use --backend hf"
 )
-SCORE_WEIGHTS = ("f16", "model")
-_BATCH_TOKENS = 512  # most tokens per llama_decode call (and per micro-batch)
+WEIGHTS = ("f16", "model")
+_BATCH_TOKENS = 2048  # most tokens per llama_decode call (and per micro-batch)
 # llama.cpp's CPU matrix products take another kernel below 64 rows (activations converted to the
 # weights' dot-product type), so a pass of 30 tokens and one of 300 give a shared token different
 # logits (up to 0.03 nats on f16 weights, 0.6 on 4-bit). Scoring passes feed at least this many
-# tokens, so the shared-prefix and naive passes run one kernel and agree exactly.
+# tokens, so the shared-prefix and naive passes run one kernel and agree exactly (ubatches are
+# balanced, so no ubatch of a longer pass is shorter either).
 MIN_SCORING_FEED = 64
 
 
@@ -119,7 +120,7 @@ class _Engine:
             self.clear()
             return
         self._free_ctx()
-        n_ctx = max(n_ctx, self.n_ctx, 512)
+        n_ctx = max(n_ctx, self.n_ctx, _BATCH_TOKENS)
         n_ctx = -(-n_ctx // 256) * 256
         n_seq = max(n_seq, self.n_seq, 1)
         params = self.lib.llama_context_default_params()
@@ -246,19 +247,19 @@ class LlamaCppModel(TokenizedModel):
     gguf: Path
     tokenizer: Any
     name: str
-    score_weights: str = "f16"
+    weights: str = "f16"
     backend = "llamacpp"
     _engines: dict[str, _Engine] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        if self.score_weights not in SCORE_WEIGHTS:
-            raise AscpError(f"unknown score weights {self.score_weights!r}; choose {' or '.join(SCORE_WEIGHTS)}.")
+        if self.weights not in WEIGHTS:
+            raise AscpError(f"unknown llama.cpp weights {self.weights!r}; choose {' or '.join(WEIGHTS)}.")
         if not getattr(self.tokenizer, "chat_template", None):
             raise AscpError(
                 f"GGUF file {self.gguf} has no chat template, which the llamacpp backend needs to frame prompts; "
                 "use a chat model's GGUF or --backend hf (plain-text framing)."
             )
-        engine = self._engine("model")
+        engine = self._engine()
         if len(self.tokenizer) > engine.vocab_size:
             raise AscpError(f"GGUF file {self.gguf}: its tokenizer has {len(self.tokenizer)} tokens but the model "
                             f"only {engine.vocab_size}; the file is inconsistent.")
@@ -266,7 +267,7 @@ class LlamaCppModel(TokenizedModel):
     # ----- the model seam -----------------------------------------------------------------
     @property
     def context_window(self) -> int:
-        return self._engine("model").context_window
+        return self._engine().context_window
 
     def generate(
         self, prompts: Sequence[Sequence[int]], config: SamplingConfig, seeds: Sequence[int],
@@ -287,7 +288,7 @@ class LlamaCppModel(TokenizedModel):
 
     def score(self, prompts: Sequence[Sequence[int]], response: Sequence[int],
               reuse_prefix: bool = True) -> ScoredPrompts:
-        engine = self._engine(self.score_weights)
+        engine = self._engine()
         longest = max((len(p) for p in prompts), default=0) + len(response)
         return score_with_runner(_LlamaRunner(engine, longest), prompts, response, reuse_prefix)
 
@@ -295,7 +296,7 @@ class LlamaCppModel(TokenizedModel):
     def _generate_batch(self, streams, config: SamplingConfig, seeds, items, mix) -> list[Generation]:
         import torch
 
-        engine = self._engine("model")
+        engine = self._engine()
         rows = BatchRows.of(streams)
         prompts = rows.prompts
         engine.ensure(sum(len(p) + config.max_new_tokens for p in prompts), len(prompts))
@@ -351,11 +352,11 @@ class LlamaCppModel(TokenizedModel):
         return last
 
     # ----- engines --------------------------------------------------------------------------
-    def _engine(self, weights: str) -> _Engine:
-        if weights not in self._engines:
-            path = self.gguf if weights == "model" else f16_copy(self.gguf)
-            self._engines[weights] = _Engine(path)
-        return self._engines[weights]
+    def _engine(self) -> _Engine:
+        if self.weights not in self._engines:
+            path = self.gguf if self.weights == "model" else f16_copy(self.gguf)
+            self._engines[self.weights] = _Engine(path)
+        return self._engines[self.weights]
 
     def _max_sequences(self) -> int:
         return int(llama_cpp_module().llama_max_parallel_sequences())
@@ -394,8 +395,8 @@ def f16_copy(gguf: Path) -> Path:
         params.allow_requantize = True
         params.nthread = _threads()
         if lib.llama_model_quantize(str(gguf).encode(), tmp.encode(), params) != 0:
-            raise AscpError(f"llama.cpp could not convert {gguf} to f16 for scoring; pass a complete GGUF file or "
-                            "score with the file as given (score_weights='model').")
+            raise AscpError(f"llama.cpp could not convert {gguf} to f16; pass a complete GGUF file or run the "
+                            "file as given (weights='model').")
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
@@ -430,12 +431,12 @@ def gguf_tokenizer(gguf: Path) -> Any:
     return tokenizer
 
 
-def load_llamacpp_model(gguf: Path, name: str, score_weights: str = "f16") -> LlamaCppModel:
+def load_llamacpp_model(gguf: Path, name: str, weights: str = "f16") -> LlamaCppModel:
     """A `LlamaCppModel` for a GGUF file (errors as one sentence)."""
     llama_cpp_module()
     if not gguf.is_file():
         raise AscpError(f"GGUF file {gguf} does not exist; pass an existing .gguf path.")
-    return LlamaCppModel(gguf=gguf, tokenizer=gguf_tokenizer(gguf), name=name, score_weights=score_weights)
+    return LlamaCppModel(gguf=gguf, tokenizer=gguf_tokenizer(gguf), name=name, weights=weights)
 
 
 def _first_line(exc: BaseException) -> str:
