@@ -9,9 +9,14 @@ number is what the probe and the loop get:
   no reuse): prompt tokens / seconds.
 * gen tok/s B=1 and B=8: sampled tokens / wall seconds of `generate` (temperature 0.7,
   `--gen-tokens` new tokens at most), 1 prompt and 8 prompts (question + first passage, about
-  200 tokens each, prefill included).
+  250 tokens each), prefill included: what a portfolio round costs.
+* decode tok/s B=1 and B=8: the decoding steps alone: (tokens - rows) / (seconds of that call -
+  seconds of the same call with 1 new token).
 * loo s/request at each k: `LeaveOneOut()` on a fixed response (sampled once by the reference,
   then scored by both backends token for token).
+Rows: `hf` (fp32 transformers), `llamacpp` (the backend's default: an f16 copy of the GGUF's
+weights), `llamacpp-file` (the GGUF's own 4-bit weights, `weights="model"`).
+
 * agreement with the reference, per k: Spearman correlation of the k loo scores (mean over
   requests), share of requests whose `used` set (normalised scores at tau(k)) is identical, and
   mean |log-prob difference| per response token of the full prompt.
@@ -39,7 +44,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from probe_speed import DEFAULT_POOLS, load_requests  # noqa: E402
 
-BACKENDS = ("hf", "llamacpp")
+BACKENDS = ("hf", "llamacpp", "llamacpp-file")  # llamacpp: f16 copy (the default); -file: the GGUF's own weights
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -73,11 +78,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ascp.attribution.loo import LeaveOneOut
     from ascp.attribution.probe import ProbeConfig, prepare_inputs
     from ascp.errors import AscpError
-    from ascp.lm.resolve import load_language_model
+    from ascp.lm.llamacpp import load_llamacpp_model
+    from ascp.lm.resolve import embedded_gguf, load_language_model
     from ascp.lm.sampling import SamplingConfig
 
     try:
-        models = {name: load_language_model("default", device="cpu", backend=name) for name in BACKENDS}
+        models = {name: load_language_model("default", device="cpu", backend=name) for name in BACKENDS[:2]}
+        models["llamacpp-file"] = load_llamacpp_model(embedded_gguf(), "default", weights="model")
     except AscpError as exc:
         print(f"Cannot load both backends: {exc}", file=sys.stderr)
         return 2
@@ -106,25 +113,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     gen_config = SamplingConfig(temperature=0.7, max_new_tokens=args.gen_tokens)
     for name, lm in models.items():
         prompts = [lm.encode_prompt(r.question, r.passages).ids for r in short]
-        for label, batch in (("gen tok/s B=1", prompts[:1]), ("gen tok/s B=8", prompts)):
-            out, seconds = timed(lm.generate, batch, gen_config, [args.seed + i for i in range(len(batch))],
-                                 batch_size=len(batch))
-            rows[name][label] = f"{sum(len(g.token_ids) + (1 if g.finished else 0) for g in out) / seconds:.1f}"
+        for size, batch in ((1, prompts[:1]), (8, prompts)):
+            seeds = [args.seed + i for i in range(len(batch))]
+            _, first = timed(lm.generate, batch, SamplingConfig(temperature=0.7, max_new_tokens=1), seeds,
+                             batch_size=size)
+            out, seconds = timed(lm.generate, batch, gen_config, seeds, batch_size=size)
+            tokens = sum(len(g.token_ids) + (1 if g.finished else 0) for g in out)
+            rows[name][f"gen tok/s B={size}"] = f"{tokens / seconds:.1f}"
+            rows[name][f"decode tok/s B={size}"] = f"{(tokens - size) / max(seconds - first, 1e-9):.1f}"
 
     # loo per k, on fixed responses sampled by the reference.
     estimator = LeaveOneOut()
-    agreement: dict[int, dict[str, list[float]]] = {}
+    agreement: dict[int, dict[str, dict[str, list]]] = {}
     for k in ks:
         requests = load_requests(args.pools, args.requests, k)
         items = {"hf": prepare_inputs(ref, requests, probe_config)}
-        items["llamacpp"] = prepare_inputs(models["llamacpp"], [
-            r.__class__(id=r.id, question=r.question, passages=r.passages, response=item.response_text)
-            for r, item in zip(requests, items["hf"], strict=True)], probe_config)
-        for a, b in zip(items["hf"], items["llamacpp"], strict=True):
-            assert a.prompt.ids == b.prompt.ids and a.response_ids == b.response_ids, "backends tokenized differently"
+        fixed = [r.__class__(id=r.id, question=r.question, passages=r.passages, response=item.response_text)
+                 for r, item in zip(requests, items["hf"], strict=True)]
+        for name in BACKENDS[1:]:
+            items[name] = prepare_inputs(models[name], fixed, probe_config)
+            for a, b in zip(items["hf"], items[name], strict=True):
+                assert a.prompt.ids == b.prompt.ids and a.response_ids == b.response_ids, "tokenized differently"
         seconds: dict[str, list[float]] = {name: [] for name in BACKENDS}
         readings: dict[str, list[Any]] = {name: [] for name in BACKENDS}
-        full_diff: list[float] = []
+        full_diff: list[dict[str, float]] = []
         for i in range(len(requests)):
             outs = {}
             for name, lm in models.items():
@@ -133,34 +145,41 @@ def main(argv: Sequence[str] | None = None) -> int:
                 seconds[name].append(sec)
                 outs[name] = out
                 readings[name].append(read_scores(item.prompt.passage_ids, out.values))
-            full_diff.append(float(np.mean(np.abs(outs["hf"].full_logprobs - outs["llamacpp"].full_logprobs))))
+            full_diff.append({n: float(np.mean(np.abs(outs["hf"].full_logprobs - outs[n].full_logprobs)))
+                              for n in BACKENDS[1:]})
             print(f"k={k} id={requests[i].id} prompt={items['hf'][i].prompt.num_tokens} tok "
                   f"response={len(items['hf'][i].response_ids)} tok  "
                   + "  ".join(f"{n}={seconds[n][-1]:.2f}s" for n in BACKENDS), flush=True)
         for name in BACKENDS:
             rows[name][f"loo s/req k={k}"] = f"{np.mean(seconds[name]):.2f}"
-        rhos = [spearmanr(list(a.scores.values()), list(b.scores.values())).statistic
-                for a, b in zip(readings["hf"], readings["llamacpp"], strict=True)]
-        same = [set(a.used) == set(b.used) for a, b in zip(readings["hf"], readings["llamacpp"], strict=True)]
-        agreement[k] = {"spearman": rhos, "same_used": same, "full_diff": full_diff}
+        for name in BACKENDS[1:]:
+            rhos = [spearmanr(list(a.scores.values()), list(b.scores.values())).statistic
+                    for a, b in zip(readings["hf"], readings[name], strict=True)]
+            same = [set(a.used) == set(b.used) for a, b in zip(readings["hf"], readings[name], strict=True)]
+            agreement.setdefault(k, {})[name] = {"spearman": rhos, "same_used": same,
+                                                 "full_diff": [d[name] for d in full_diff]}
 
-    columns = ["prefill tok/s", "gen tok/s B=1", "gen tok/s B=8", *[f"loo s/req k={k}" for k in ks]]
+    columns = ["prefill tok/s", "gen tok/s B=1", "gen tok/s B=8", "decode tok/s B=1", "decode tok/s B=8",
+               *[f"loo s/req k={k}" for k in ks]]
     print()
-    print("backend    " + "  ".join(c.rjust(14) for c in columns))
+    print("backend        " + "  ".join(c.rjust(16) for c in columns))
     for name in BACKENDS:
-        print(f"{name:<10} " + "  ".join(rows[name][c].rjust(14) for c in columns))
-    ratios = []
-    for c in columns:
-        a, b = float(rows["hf"][c]), float(rows["llamacpp"][c])
-        ratios.append(f"{(a / b if c.startswith('loo') else b / a):.2f}x")
-    print("speed-up   " + "  ".join(r.rjust(14) for r in ratios) + "   (llamacpp over hf; loo: hf s / llamacpp s)")
+        print(f"{name:<14} " + "  ".join(rows[name][c].rjust(16) for c in columns))
+    for name in BACKENDS[1:]:
+        ratios = []
+        for c in columns:
+            a, b = float(rows["hf"][c]), float(rows[name][c])
+            ratios.append(f"{(a / b if c.startswith('loo') else b / a):.2f}x")
+        print(f"{'x ' + name:<14} " + "  ".join(r.rjust(16) for r in ratios))
+    print("(x NAME: NAME over hf; for loo, hf seconds / NAME seconds)")
     print()
-    print("agreement with fp32 transformers (llamacpp scoring on f16 weights):")
+    print("agreement with fp32 transformers:")
     for k in ks:
-        a = agreement[k]
-        print(f"  k={k}: Spearman of loo scores mean {np.nanmean(a['spearman']):.3f} (min {np.nanmin(a['spearman']):.3f}); "
-              f"identical used sets {sum(a['same_used'])}/{len(a['same_used'])}; "
-              f"mean |dlogprob| of the full prompt {np.mean(a['full_diff']):.4f} nats/token")
+        for name in BACKENDS[1:]:
+            a = agreement[k][name]
+            print(f"  k={k} {name}: Spearman of loo scores mean {np.nanmean(a['spearman']):.3f} "
+                  f"(min {np.nanmin(a['spearman']):.3f}); identical used sets {sum(a['same_used'])}/"
+                  f"{len(a['same_used'])}; mean |dlogprob| of the full prompt {np.mean(a['full_diff']):.4f} nats/token")
     return 0
 
 

@@ -13,6 +13,7 @@ import yaml
 from typer.testing import CliRunner
 
 from ascp.cli import app
+from ascp.errors import AscpError
 from ascp.experiments import Condition, run_experiment
 from ascp.report import write_report
 from ascp.report.claims import Claim, verdict
@@ -328,3 +329,18 @@ def test_grid_table_names_the_probe_when_cells_differ(tmp_path):
     report = write_report(write_store(tmp_path / "s", records), n_boot=200)
     md = (report.out / "tables" / "table4_grid.md").read_text(encoding="utf-8")
     assert "| probe |" in md and "| bm25 |" in md and "| loo |" in md
+
+
+@pytest.mark.skipif(not (ASQA_ROOT / "asqa" / "asqa_wikidpr_pools.json").is_file(),
+                    reason="the shared ASQA pools (../shared/data/asqa) are absent")
+def test_reproduce_takes_another_generator_and_backend(tmp_path):
+    from ascp.reproduce import preset_spec
+
+    gguf = tmp_path / "Other-Model.Q4_K_M.gguf"
+    gguf.write_bytes(b"GGUF")
+    spec = preset_spec("cpu-small", ASQA_ROOT, limit=2, model=str(gguf), backend="hf")
+    assert [(m.name, m.source) for m in spec.models] == [("Other-Model.Q4_K_M", str(gguf.resolve()))]
+    assert spec.settings.backend == "hf" and "backend: hf" in spec.text
+    assert preset_spec("cpu-small", ASQA_ROOT).settings.backend == "auto"
+    with pytest.raises(AscpError, match="backend"):
+        preset_spec("cpu-small", ASQA_ROOT, backend="vulkan")
