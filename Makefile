@@ -63,7 +63,7 @@ test: setup
 	$(BIN)/pytest -q
 
 lint: setup
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/mypy
 
 # The peers go into .venv on top of the lock; the stamp is dropped so the next `make test` rebuilds
