@@ -21,7 +21,7 @@ token is never fed (nothing is predicted from it).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -122,7 +122,7 @@ class _TorchRunner:
 
     def __init__(self, lm) -> None:
         self.lm = lm
-        self._cache = None
+        self._cache: Any = None
 
     def reset(self) -> None:
         self._cache = self.lm.new_cache()
