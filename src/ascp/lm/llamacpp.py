@@ -57,15 +57,20 @@ _BATCH_TOKENS = 2048  # most tokens per llama_decode call (and per micro-batch)
 MIN_SCORING_FEED = 64
 
 
+_LOG_CALLBACK: list[Any] = []  # keeps the ctypes callback alive while llama.cpp holds it
+
+
 def llama_cpp_module() -> Any:
-    """The `llama_cpp` module with its log output silenced, or a one-sentence error naming the fix."""
+    """The `llama_cpp` module with llama.cpp's own log silenced (its errors reach the user as ascp's
+    one-sentence errors; `ASCP_LLAMA_LOG=1` shows the log), or an error naming the fix."""
     try:
         import llama_cpp
-        from llama_cpp import _logger
     except ImportError:
         raise AscpError(f"the llamacpp backend needs llama-cpp-python, which is not installed; {INSTALL_HINT}.") \
             from None
-    _logger.set_verbose(False)
+    if not _LOG_CALLBACK and os.environ.get("ASCP_LLAMA_LOG") != "1":
+        _LOG_CALLBACK.append(llama_cpp.llama_log_callback(lambda level, text, user_data: None))
+        llama_cpp.llama_log_set(_LOG_CALLBACK[0], ctypes.c_void_p(0))
     return llama_cpp
 
 
