@@ -282,6 +282,9 @@ def test_reproduce_errors_are_one_sentence(tmp_path):
     nofile = runner.invoke(app, ["reproduce", "--out", str(tmp_path / "o"), "--data-root", str(tmp_path)])
     assert nofile.exit_code == 2 and "asqa_wikidpr_pools.json does not exist" in nofile.output
     assert not (tmp_path / "o").exists()
+    # The out location is checked before any data is read (the real pools would take seconds).
+    orphan = runner.invoke(app, ["reproduce", "--out", str(tmp_path / "no" / "o"), "--data-root", str(tmp_path)])
+    assert orphan.exit_code == 2 and "parent folder of --out" in orphan.output
 
 
 @pytest.mark.skipif(not (ASQA_ROOT / "asqa" / "asqa_wikidpr_pools.json").is_file(),

@@ -90,8 +90,10 @@ def reproduce(name: str, out: str | Path, data_root: str | Path | None = None, l
               backend: str | None = None):
     """Run (or resume) the preset into `out`, then write `out/report` with the paper's signs checked."""
     from ascp.experiments.run import prepare, run_experiment
+    from ascp.experiments.store import check_out_location
     from ascp.report import write_report
 
+    check_out_location(Path(out))
     root = Path(data_root) if data_root is not None else default_data_root()
     spec = preset_spec(name, root, limit, model=model, backend=backend)
     plan = prepare(spec)

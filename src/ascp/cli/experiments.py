@@ -36,8 +36,10 @@ def experiment_run(
 ) -> None:
     """Run (or resume) every unit of an experiment spec; finished units are never redone or lost."""
     from ascp.experiments.run import prepare, run_experiment
+    from ascp.experiments.store import check_out_location
 
     with user_errors():
+        check_out_location(out_dir)
         plan = prepare(spec, executor, workers)
         options: dict[str, Any] = (
             {"cpus_per_worker": cpus_per_worker, "gpus_per_worker": gpus_per_worker} if executor == "ray" else {}

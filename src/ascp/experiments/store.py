@@ -120,6 +120,14 @@ def _first_difference(old: Any, new: Any, where: str = "") -> str:
     return where or "plan"
 
 
+def check_out_location(out: Path) -> None:
+    """The cheap checks of an --out folder, made before any data is read or model loaded."""
+    if out.exists() and not out.is_dir():
+        raise AscpError(f"--out {out} exists and is not a folder; pass a folder path.")
+    if not out.parent.is_dir():
+        raise AscpError(f"the parent folder of --out ({out.parent}) does not exist; create it first.")
+
+
 class RunStore:
     """The writer's view of a store folder; use as a context manager (takes the lock)."""
 
@@ -141,11 +149,7 @@ class RunStore:
         self.close()
 
     def _check_folder(self) -> None:
-        if self.dir.exists() and not self.dir.is_dir():
-            raise AscpError(f"--out {self.dir} exists and is not a folder; pass a folder path.")
-        parent = self.dir.parent
-        if not parent.is_dir():
-            raise AscpError(f"the parent folder of --out ({parent}) does not exist; create it first.")
+        check_out_location(self.dir)
         if self.dir.is_dir() and not (self.dir / PLAN).exists():
             ours = {SPEC, LOCK, UNITS}
             foreign = [p.name for p in self.dir.iterdir() if p.name not in ours and not p.name.startswith(".")]
