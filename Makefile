@@ -48,6 +48,7 @@ $(STAMP): $(LOCKS) pyproject.toml Makefile | python-version
 	$(BIN)/pip install -q --require-hashes --no-deps -r requirements.lock -r requirements-assets.lock
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	if [ "$(WITH_LLAMACPP)" = 1 ]; then \
+	  command -v c++ >/dev/null || { echo "make setup builds llama.cpp and needs a C++ compiler (c++); install one (Debian: apt-get install g++) or run make with WITH_LLAMACPP=0." >&2; exit 1; }; \
 	  echo "building llama-cpp-python from source (about 4 minutes)"; \
 	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) PATH="$(abspath $(BIN)):$$PATH" \
 	    $(BIN)/pip install -q --require-hashes --no-deps --no-build-isolation -r requirements-llamacpp.lock; \

@@ -52,7 +52,7 @@ def main() -> None:
     from ascp.lm.hf import HFLanguageModel
     from ascp.lm.resolve import load_language_model
 
-    lm = load_language_model(args.model, device="cpu")
+    lm = load_language_model(args.model, device="cpu", backend="hf")  # measures the transformers loop
     if not args.stop_at_eos:
         pad = lm.pad_token_id
 

@@ -37,7 +37,7 @@ def generation_table(model: str, max_new_tokens: int) -> list[tuple[str, float, 
     from ascp.lm.generation import SamplingConfig, _padded_prefill, derive_seed, generate
     from ascp.lm.resolve import load_language_model
 
-    lm = load_language_model(model, device="cpu")
+    lm = load_language_model(model, device="cpu", backend="hf")  # measures the transformers loop
     demo = Path(__file__).resolve().parents[1] / "src" / "ascp" / "resources" / "demo_cases.jsonl"
     case = load_cases(demo, format="jsonl")[0]
     windows = [[case.pool[(2 * t + j) % len(case.pool)] for j in range(2)] for t in range(12)]

@@ -304,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ascp.types import AttributionRequest, Passage
 
     try:
-        lm = load_language_model("default", device="cpu")
+        lm = load_language_model("default", device="cpu", backend="hf")  # measures transformers internals
     except AscpError as exc:
         print(f"Cannot load the default model: {exc}", file=sys.stderr)
         return 2

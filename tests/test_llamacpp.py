@@ -202,3 +202,13 @@ def test_cli_run_on_llamacpp_records_the_backend(tmp_path):
                           "--model", str(tmp_path)], capture_output=True, text=True)
     assert bad.returncode == 2 and "runs GGUF files" in bad.stderr and "Traceback" not in bad.stderr
     assert not (tmp_path / "r2").exists()
+
+
+def test_auto_falls_back_to_transformers_which_names_a_truncated_file(tmp_path):
+    from ascp.lm.resolve import load_language_model
+
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(embedded_gguf().read_bytes()[: 2_000_000])
+    with pytest.raises(AscpError, match="could not be read by transformers") as info:
+        load_language_model(str(cut), device="cpu")  # auto: llama.cpp refuses it, then transformers does
+    assert "\n" not in str(info.value)

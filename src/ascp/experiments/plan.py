@@ -90,9 +90,10 @@ class Plan:
             "models": [{"name": m.name, "source": m.source} for m in spec.models],
             "seeds": list(spec.seeds),
             "conditions": [c.name for c in spec.conditions],
-            # template/system only when set, so stores made before they existed still resume
+            # template/system only when set and backend only when not auto, so stores made before
+            # they existed still resume (each record names the backend that actually ran)
             "settings": {k: v for k, v in spec.settings.__dict__.items()
-                         if k not in ("template", "system") or v},
+                         if (k not in ("template", "system") or v) and (k != "backend" or v != "auto")},
             "units": self.total,
         }
 

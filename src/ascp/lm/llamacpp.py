@@ -124,10 +124,10 @@ class _Engine:
         if self.ctx is not None and n_ctx <= self.n_ctx and n_seq <= self.n_seq:
             self.clear()
             return
-        self._free_ctx()
-        n_ctx = max(n_ctx, self.n_ctx, _BATCH_TOKENS)
+        n_ctx = max(n_ctx, self.n_ctx, _BATCH_TOKENS)  # never shrink: alternating shapes would rebuild it
         n_ctx = -(-n_ctx // 256) * 256
         n_seq = max(n_seq, self.n_seq, 1)
+        self._free_ctx()
         params = self.lib.llama_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = params.n_ubatch = _BATCH_TOKENS
@@ -172,7 +172,8 @@ class _Engine:
             self.batch.n_tokens = n
             rc = self.lib.llama_decode(self.ctx, self.batch)
             if rc != 0:
-                raise RuntimeError(f"llama_decode failed with code {rc} (context of {self.n_ctx} tokens)")
+                raise AscpError(f"llama.cpp could not run a batch (code {rc}) in its context of {self.n_ctx} tokens "
+                                f"for {self.path.name}; use a smaller batch size or --backend hf.")
             wanted = int(np.count_nonzero(logits[:n]))
             if wanted:
                 pointer = self.lib.llama_get_logits(self.ctx)

@@ -63,6 +63,11 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    except Exception as exc:  # the GGUF reader raises many kinds on a bad file
+        first = (str(exc).strip().splitlines() or ["no message"])[0]
+        raise AscpError(f"GGUF file {gguf} could not be read by transformers ({type(exc).__name__}: {first}); it is "
+                        "truncated or of an architecture transformers cannot load; pass a complete GGUF file.") \
+            from None
     finally:
         if previous is None:
             os.environ.pop("TQDM_DISABLE", None)
@@ -122,6 +127,8 @@ def choose_backend(spec: str, device: str = "auto", dtype: str = "auto", backend
         raise AscpError(f"--dtype {dtype} applies to the hf backend; the llamacpp backend runs the GGUF's own "
                         "weights (drop --dtype or use --backend hf).")
     llamacpp.llama_cpp_module()  # a one-sentence error where it is not installed
+    if not llamacpp.cpu_has_avx2():
+        raise AscpError("the llamacpp backend is built for CPUs with AVX2 and this CPU has none; use --backend hf.")
     return "llamacpp"
 
 
@@ -162,7 +169,13 @@ def load_language_model(spec: str = DEFAULT_MODEL, device: str = "auto", dtype: 
 
         gguf = gguf_of(spec)
         assert gguf is not None
-        return load_llamacpp_model(gguf, name=spec)
+        try:
+            return load_llamacpp_model(gguf, name=spec)
+        except AscpError:
+            if backend != "auto":
+                raise
+            # auto: a GGUF llama.cpp cannot run (no chat template, an architecture it lacks) may
+            # still run on transformers, which says so itself if it cannot either
     return load_hf_model(spec, device, dtype)
 
 
