@@ -387,3 +387,12 @@ def test_a_spec_with_the_users_own_prompt_runs_it(tmp_path, tiny_model_dir):
     assert config.template.prefix == "Docs:\n" and config.template.system == "Be brief."
     plain = make_plan(load_spec(write_spec(tmp_path / "plain", tiny_model_dir)))
     assert "template" not in plain.manifest()["settings"]  # stores from before the option still resume
+
+
+def test_the_backend_enters_the_plan_only_when_chosen(tmp_path, tiny_model_dir):
+    """Stores made before the backend setting existed hold no `backend`: with `auto` they still resume."""
+    auto = make_plan(load_spec(write_spec(tmp_path / "a", tiny_model_dir))).manifest()["settings"]
+    chosen = make_plan(load_spec(write_spec(tmp_path / "b", tiny_model_dir, backend="hf"))).manifest()["settings"]
+    assert "backend" not in auto and chosen["backend"] == "hf"
+    with pytest.raises(AscpError, match="backend"):
+        load_spec(write_spec(tmp_path / "c", tiny_model_dir, backend="vulkan"))
