@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 
+from ascp.lm.encoded import common_prefix
 from ascp.lm.hf import HFLanguageModel
 from ascp.lm.sampling import BatchRows, Generation, LogitMix, SamplingConfig, StepSampler, derive_seed, run_in_batches
 
@@ -108,15 +109,6 @@ def _padded_prefill(torch, lm, prompts):
     return out.logits[:, -1, :].to(torch.float32), cache, mask, positions[:, -1:]
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def _packed_prefill(torch, lm, prompts, item_rows, room: int):
     """Prefill rows one at a time with no padding, each reusing the longest prefix it shares with an
     earlier row of its item (exact: identical tokens at identical positions have identical keys and
@@ -136,7 +128,7 @@ def _packed_prefill(torch, lm, prompts, item_rows, room: int):
                 ids = prompts[row]
                 shared, source = 0, None
                 for other in done:
-                    common = min(_common_prefix(ids, prompts[other]), len(ids) - 1)
+                    common = min(common_prefix(ids, prompts[other]), len(ids) - 1)
                     if common > shared:
                         shared, source = common, other
                 cache = DynamicCache(ddp_cache_data=[(k[:, :, :shared], v[:, :, :shared]) for k, v in kv[source]]) \

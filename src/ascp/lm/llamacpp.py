@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ascp.errors import AscpError
+from ascp.lm.encoded import common_prefix
 from ascp.lm.protocol import ScoredPrompts
 from ascp.lm.sampling import BatchRows, StepSampler, run_in_batches
 from ascp.lm.scoring import score_with_runner
@@ -335,7 +336,7 @@ class LlamaCppModel(TokenizedModel):
             head = item_rows[0]
             for row in dict.fromkeys(item_rows[1:]):
                 if row != head:
-                    source[row] = (head, min(_common_prefix(prompts[row], prompts[head]), len(prompts[row]) - 1))
+                    source[row] = (head, min(common_prefix(prompts[row], prompts[head]), len(prompts[row]) - 1))
         last = np.empty((len(prompts), engine.vocab_size), dtype=np.float32)
         for wave in (sorted(first), sorted(source)):
             tokens: list[int] = []
@@ -371,15 +372,6 @@ class LlamaCppModel(TokenizedModel):
         for engine in self._engines.values():
             engine.close()
         self._engines.clear()
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 # ----- files derived from a GGUF (cached under $ASCP_HOME) ----------------------------------
