@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ascp.decoding import SteerConfig
     from ascp.lm.protocol import LanguageModel
     from ascp.lm.sampling import SamplingConfig
+    from ascp.metrics import Matcher
     from ascp.prompts import PromptTemplate
     from ascp.schedulers.base import EmbedFn
 
@@ -189,16 +190,21 @@ def run_portfolios(cases: Sequence[Case], *, policy: str = "ascp", k: int = 5, T
                    max_new_tokens: int = 64, steer: SteerConfig | None = None, threshold: float | None = None,
                    embed_fn: EmbedFn | None = None, template: PromptTemplate | str | None = None,
                    system: str = "", instruction: str = "commit",
-                   progress: Callable[[int], None] | None = None) -> list[Portfolio]:
+                   progress: Callable[[int], None] | None = None,
+                   nli_model: str | Matcher | None = None) -> list[Portfolio]:
     """T rounds of `policy` on every case, each portfolio with its metrics (what `ascp run` does).
 
     steer: a `SteerConfig` (Eq. 5 + APC from round 2 on) or None; embed_fn: texts -> unit
-    embeddings (default: the embedded MiniLM).
+    embeddings (default: the embedded MiniLM). nli_model: how claim units (ELI5) are recalled
+    (ALCE claim recall, Sec. 7.1): a local NLI model folder, `"lexical"` (an approximation, not
+    ALCE's metric) or a ready matcher `(unit, response) -> bool` (`ascp.nli`); cases with claim
+    units and no nli_model fail before any generation.
     """
     from ascp.attribution import make_estimator
     from ascp.embed import embed
     from ascp.lm.sampling import SamplingConfig
     from ascp.loop import LoopConfig
+    from ascp.nli import require_matcher, resolve_matcher
     from ascp.runner import run_policy
     from ascp.schedulers import check_scheduler
 
@@ -207,11 +213,13 @@ def run_portfolios(cases: Sequence[Case], *, policy: str = "ascp", k: int = 5, T
     for case in cases:
         if len(case.pool) < k:
             raise AscpError(f"case {case.id!r}: its pool has {len(case.pool)} passages, fewer than k={k}.")
+    require_matcher(cases, nli_model is not None)
+    matcher = resolve_matcher(nli_model)
     config = LoopConfig(policy=policy, k=k, T=T, estimator=estimator, seed=seed, threshold=threshold,
                         template=prompt_template(instruction, template, system),
                         sampling=SamplingConfig(max_new_tokens=max_new_tokens), steer=steer)
     lm: LanguageModel = model if model is not None else default_model()
-    return run_policy(lm, cases, config, embed_fn or embed, progress=progress)[0]
+    return run_policy(lm, cases, config, embed_fn or embed, progress=progress, matcher=matcher)[0]
 
 
 def run_portfolio(question: str, pool: Iterable[PassageLike], *, policy: str = "ascp", k: int = 5, T: int = 5,

@@ -1,0 +1,280 @@
+"""ELI5 end to end: claim recall by NLI entailment (ALCE; paper Sec. 7.1) through the metric, `ascp run`,
+the library and experiment specs, with tiny random BERT classifiers whose classifier bias fixes the answer.
+
+No NLI model ships offline, so every model here is built in tmp_path: a 1-layer BERT with a local
+WordPiece vocabulary. A huge bias on one label makes that label the argmax for every input (known
+answers: entailment -> every claim recalled, PR@T = 1; contradiction -> PR@T = 0).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from ascp.cli import app
+from ascp.errors import AscpError
+from ascp.metrics import portfolio_recall
+from ascp.nli import (
+    LexicalClaimMatcher,
+    NLIClaimMatcher,
+    check_nli_model,
+    entailment_index,
+    load_nli_matcher,
+    remove_citations,
+    require_matcher,
+)
+from ascp.types import AnswerUnit, Case, Passage
+
+LABELS = {0: "entailment", 1: "neutral", 2: "contradiction"}
+WORDS = ["the", "sky", "is", "blue", "air", "scatters", "light", "sunlight", "has", "colours", "why", "because",
+         "red", "sun", "sets", "water", "cold", "warm", "rain", "clouds", "a", "of", "and", "in"]
+
+
+def tiny_nli(directory: Path, labels: dict[int, str] = LABELS, bias: dict[int, float] | None = None,
+             seed: int = 0) -> Path:
+    """A random 1-layer BERT sequence classifier saved with its tokenizer. `bias`: classifier bias per label
+    (the weights are then zeroed, so the decision is the same for every input); None: random classifier."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+
+    directory.mkdir(parents=True)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
+    (directory / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=37, max_position_embeddings=64, num_labels=len(labels),
+                        id2label=labels, label2id={v: k for k, v in labels.items()},
+                        initializer_range=0.5 if bias is None else 0.02)  # wide weights: decisions vary
+    torch.manual_seed(seed)
+    model = BertForSequenceClassification(config)
+    if bias is not None:
+        with torch.no_grad():
+            model.classifier.weight.zero_()
+            model.classifier.bias.zero_()
+            for label, value in bias.items():
+                model.classifier.bias[label] = value
+    model.save_pretrained(directory)
+    BertTokenizerFast(vocab_file=str(directory / "vocab.txt")).save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def entailing(tmp_path_factory) -> Path:
+    return tiny_nli(tmp_path_factory.mktemp("nli") / "entail", bias={0: 50.0})
+
+
+@pytest.fixture(scope="module")
+def contradicting(tmp_path_factory) -> Path:
+    return tiny_nli(tmp_path_factory.mktemp("nli") / "contra", bias={2: 50.0})
+
+
+CLAIMS = (AnswerUnit("c0", claim="Air scatters blue light."), AnswerUnit("c1", claim="Sunlight has colours."))
+RESPONSES = ["The sky is blue because air scatters light [1].", "Clouds of water [2]."]
+
+
+# ------------------------------------------------------------------------------------------ the matcher
+
+
+def test_entailment_label_and_one_sentence_errors():
+    assert entailment_index({0: "CONTRADICTION", 1: "ENTAILMENT", 2: "NEUTRAL"}, 3) == 1
+    assert entailment_index({"0": "entailment", "1": "not_entailment"}, 2) == 0  # a negated label is not it
+    assert entailment_index({"0": "LABEL_0"}, 1) is None  # one logit: sigmoid rule
+    for labels in ({0: "LABEL_0", 1: "LABEL_1"}, {0: "entailment", 1: "entailment_2"}):
+        with pytest.raises(AscpError, match="--nli-model: .*no single entailment label") as info:
+            entailment_index(labels, 2)
+        assert "\n" not in str(info.value) and str(info.value).endswith(".")
+
+
+def test_remove_citations_is_alces():
+    assert remove_citations("Paris [1][2] is big [3].") == "Paris is big."
+    assert remove_citations("No citations here.") == "No citations here."
+
+
+def test_biased_models_give_known_recall(entailing, contradicting, tmp_path):
+    yes, no = load_nli_matcher(str(entailing)), load_nli_matcher(str(contradicting))
+    assert isinstance(yes, NLIClaimMatcher) and yes.entail == 0 and yes.name == str(entailing.resolve())
+    assert portfolio_recall(CLAIMS, RESPONSES, yes) == 1.0
+    assert portfolio_recall(CLAIMS, RESPONSES, no) == 0.0
+    assert portfolio_recall(CLAIMS, [], yes) == 0.0
+    # a one-logit (CrossEncoder num_labels=1) model: entailed iff sigmoid(logit) > 0.5
+    up = load_nli_matcher(str(tiny_nli(tmp_path / "up", {0: "LABEL_0"}, bias={0: 20.0})))
+    down = load_nli_matcher(str(tiny_nli(tmp_path / "down", {0: "LABEL_0"}, bias={0: -20.0})))
+    assert isinstance(up, NLIClaimMatcher) and up.entail is None
+    assert up(CLAIMS[0], RESPONSES[0]) and not down(CLAIMS[0], RESPONSES[0])
+
+
+def test_batched_and_cached_decisions_equal_one_at_a_time(tmp_path):
+    folder = tiny_nli(tmp_path / "random", bias=None, seed=1)  # 10 of 32 pairs entailed, top-2 margins >= 0.3
+    premises = ["the sky is blue", "air scatters light and the sun sets", "rain", "warm water in clouds",
+                "red sun", "why is the sky blue because of light", "cold rain and clouds", "sunlight has colours"]
+    claims = ["the sky is blue", "air scatters light", "sunlight has colours", "the sun sets red"]
+    pairs = [(p, c) for p in premises for c in claims]
+    batched = load_nli_matcher(str(folder), batch_size=5)
+    assert isinstance(batched, NLIClaimMatcher)
+    decisions = batched.entails(pairs)
+    assert batched.pairs_scored == len(pairs)
+    assert batched.entails(pairs[::-1]) == decisions[::-1] and batched.pairs_scored == len(pairs)  # all cached
+    single = load_nli_matcher(str(folder), batch_size=1)
+    assert [single(AnswerUnit("u", claim=c), p) for p, c in pairs] == decisions
+    assert 0 < sum(decisions) < len(decisions), "test precondition: the random model decides both ways"
+    # citations are stripped before the model sees the premise (ALCE), so these share a cache entry
+    assert batched.entails([(premises[0] + " [4]", claims[0])]) == [decisions[0]]
+    assert batched.pairs_scored == len(pairs)
+
+
+def test_bad_nli_folders_are_one_sentence_naming_the_flag(tmp_path):
+    (tmp_path / "empty").mkdir()
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "config.json").write_text(json.dumps({"id2label": {"0": "LABEL_0", "1": "LABEL_1"}}))
+    for folder, message in ((tmp_path / "missing", "is not a folder"), (tmp_path / "empty", "no readable config"),
+                            (plain, "no single entailment label")):
+        with pytest.raises(AscpError, match=message) as info:
+            load_nli_matcher(str(folder))
+        text = str(info.value)
+        assert text.startswith(f"--nli-model {folder}") and "\n" not in text and text.endswith("."), text
+    assert check_nli_model("lexical") == "lexical"
+
+
+def test_lexical_fallback_only_by_name():
+    lexical = load_nli_matcher("lexical")
+    assert isinstance(lexical, LexicalClaimMatcher) and lexical.name == "lexical(share=0.5)"
+    claim = CLAIMS[0]  # content tokens: air, scatters, blue, light
+    assert lexical(claim, "The air scatters the light.")  # 3 of 4 >= 0.5
+    assert not lexical(claim, "A blue sky.")  # 1 of 4
+    assert LexicalClaimMatcher(share=1.0)(claim, "Blue light: air scatters it.")
+    assert not LexicalClaimMatcher(share=1.0)(claim, "The air scatters the light.")
+
+
+def test_claim_units_without_a_matcher_fail_naming_the_flag():
+    case = Case("q1", "Why is the sky blue?", (Passage("d0", "Air scatters light."),), CLAIMS, "eli5")
+    with pytest.raises(AscpError, match="case 'q1' has claim units .* pass --nli-model PATH") as info:
+        require_matcher([case], False)
+    assert "\n" not in str(info.value) and str(info.value).endswith(".")
+    require_matcher([case], True)
+    require_matcher([Case("q2", "q", (), (AnswerUnit("a", ("x",)),))], False)  # aliases need no matcher
+
+
+# ------------------------------------------------------------------------------------------ end to end
+
+
+def eli5_file(path: Path, n: int = 2) -> Path:
+    """An ALCE ELI5 retrieval file: question, claims and docs with title/text (no ids, no scores)."""
+    items = [{"question": f"Why is the sky blue {i}?", "claims": ["Air scatters blue light.", "Sunlight has colours."],
+              "docs": [{"title": f"Doc {j}", "text": f"the sky is blue because air scatters light {j}"}
+                       for j in range(4)]}
+             for i in range(n)]
+    path.write_text(json.dumps(items), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def fast_cli(monkeypatch):
+    """`ascp run` in process with the hashing embedder in place of MiniLM (schedulers, diversity)."""
+    from ascp.experiments.embedders import hashing_embed
+
+    monkeypatch.setattr("ascp.embed.embed", lambda texts, *args, **kwargs: hashing_embed(texts))
+    monkeypatch.setenv("COLUMNS", "200")
+
+
+def _run_args(data: Path, out: Path, model_dir: Path, *extra: str) -> list[str]:
+    return ["run", "--data", str(data), "--format", "eli5", "--rank-by", "given", "--policy", "rotate", "--k", "2",
+            "--T", "2", "--model", str(model_dir), "--estimator", "bm25", "--max-new-tokens", "4", "--device", "cpu",
+            "--out", str(out), *extra]
+
+
+def test_cli_eli5_runs_with_an_nli_model(fast_cli, tmp_path, tiny_model_dir, entailing, contradicting):
+    data = eli5_file(tmp_path / "eli5.json")
+    for folder, pr in ((entailing, 1.0), (contradicting, 0.0)):
+        out = tmp_path / folder.name
+        result = CliRunner().invoke(app, _run_args(data, out, tiny_model_dir, "--nli-model", str(folder)))
+        assert result.exit_code == 0, result.output
+        rows = [json.loads(line) for line in (out / "cases.jsonl").read_text().splitlines()]
+        assert [r["pr"] for r in rows] == [pr, pr] and [r["ceiling"] for r in rows] == [pr, pr]
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["config"]["nli_model"] == str(folder.resolve()) and summary["mean"]["pr"] == pr
+    out = tmp_path / "lexical"
+    result = CliRunner().invoke(app, _run_args(data, out, tiny_model_dir, "--nli-model", "lexical"))
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "summary.json").read_text())["config"]["nli_model"] == "lexical(share=0.5)"
+
+
+def test_cli_eli5_without_an_nli_model_fails_before_any_generation(fast_cli, tmp_path, tiny_model_dir, monkeypatch):
+    def never(*args, **kwargs):
+        raise AssertionError("the generator must not load")
+
+    monkeypatch.setattr("ascp.lm.resolve.load_language_model", never)
+    data = eli5_file(tmp_path / "eli5.json")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, _run_args(data, out, tiny_model_dir))
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "--nli-model PATH" in lines[0] and "claim units" in lines[0], result.output
+    assert not out.exists()
+    result = CliRunner().invoke(app, _run_args(data, out, tiny_model_dir, "--nli-model", str(tmp_path / "nope")))
+    assert result.exit_code == 2 and "--nli-model" in result.output and "is not a folder" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_library_run_portfolios_takes_nli_model(tmp_path, tiny_lm, entailing):
+    import ascp
+    from ascp.data import load_cases
+    from ascp.experiments.embedders import hashing_embed
+
+    cases = load_cases(eli5_file(tmp_path / "eli5.json", n=1), format="eli5", rank_by="given")
+    with pytest.raises(AscpError, match="nli_model= in the API"):
+        ascp.run_portfolios(cases, policy="rotate", k=2, T=1, model=tiny_lm, embed_fn=hashing_embed)
+    (pf,) = ascp.run_portfolios(cases, policy="rotate", k=2, T=1, model=tiny_lm, embed_fn=hashing_embed,
+                                max_new_tokens=3, estimator="bm25", nli_model=str(entailing))
+    assert pf.metrics["pr"] == 1.0
+
+
+def eli5_spec(folder: Path, model_dir: Path, **extra) -> Path:
+    """A one-condition experiment over an ELI5 file in `folder`; `extra`: more top-level fields."""
+    if not (folder / "eli5.json").exists():
+        eli5_file(folder / "eli5.json", n=2)
+    raw = {"name": "eli5-grid", "tasks": [{"name": "eli5", "data": "eli5.json", "format": "eli5", "rank_by": "given"}],
+           "models": [str(model_dir)], "grid": {"policy": ["rotate"], "k": [2], "T": [2], "estimator": ["bm25"]},
+           "sampling": {"max_new_tokens": 4}, "embedder": "hashing", **extra}
+    path = folder / "spec.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    return path
+
+
+def test_experiment_spec_nli_model(tmp_path, tiny_model_dir, entailing):
+    from ascp.experiments import load_spec, make_plan, run_experiment
+
+    def spec(**extra) -> Path:
+        return eli5_spec(tmp_path, tiny_model_dir, **extra)
+
+    with pytest.raises(AscpError, match="spec field nli_model: task eli5: case '0' has claim units .*--nli-model"):
+        make_plan(load_spec(spec()))
+    with pytest.raises(AscpError, match="spec field nli_model: .* is not a folder"):
+        load_spec(spec(nli_model="no-such-model"))
+    local = tmp_path / "models" / "nli"
+    shutil.copytree(entailing, local)
+    plan = make_plan(load_spec(spec(nli_model="models/nli")))  # relative to the spec's folder
+    assert plan.manifest()["settings"]["nli_model"] == str(local.resolve())
+    result = run_experiment(plan.spec, tmp_path / "store", plan=plan)
+    assert result.written == 2
+    units = [json.loads(line) for line in (tmp_path / "store" / "units.jsonl").read_text().splitlines()]
+    assert [u["pr"] for u in units] == [1.0, 1.0]
+    assert json.loads((tmp_path / "store" / "plan.json").read_text())["settings"]["nli_model"] == str(local.resolve())
+
+
+def test_ray_workers_load_the_nli_model(tmp_path, tiny_model_dir, contradicting):
+    ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install -e '.[ray]'")
+    from ascp.experiments import run_experiment
+
+    path = eli5_spec(tmp_path, tiny_model_dir, nli_model=str(contradicting))
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        result = run_experiment(path, tmp_path / "ray", executor="ray", workers=1)
+    finally:
+        ray.shutdown()
+    units = [json.loads(line) for line in (tmp_path / "ray" / "units.jsonl").read_text().splitlines()]
+    assert result.written == 2 and [u["pr"] for u in units] == [0.0, 0.0]
