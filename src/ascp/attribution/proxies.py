@@ -44,7 +44,8 @@ class BM25Proxy(Estimator):
 
 class CosineProxy(Estimator):
     uses_model = False
-    params = (Param("embedder", str, DEFAULT_EMBEDDER, "sentence embedder ('default': the embedded MiniLM)"),)
+    params = (Param("embedder", str, DEFAULT_EMBEDDER, "sentence embedder: default/minilm (embedded MiniLM), "
+                    "mpnet (`make mpnet`), hashing or a sentence-transformers folder"),)
 
     def __init__(self, against: str, embedder: str = DEFAULT_EMBEDDER) -> None:
         if against not in {"question", "response"}:

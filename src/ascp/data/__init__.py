@@ -5,14 +5,18 @@ file with that format's loader, orders every pool (`ascp.data.ranking`; the orde
 in `Passage.rank`) and optionally cuts pools to `depth`. Formats (docs/data.md):
 
     jsonl           generic case JSONL (ascp.data.jsonl)                      default order: given
-    asqa            ALCE ASQA JSON (ascp.data.alce)                           dense
-    qampari, eli5   ALCE QAMPARI / ELI5 JSON (ascp.data.alce)                 dense
-    alce            ALCE JSON, task decided per item by its fields            dense
+    asqa            ALCE ASQA JSON (ascp.data.alce)                           given (GTR order)
+    qampari, eli5   ALCE QAMPARI / ELI5 JSON (ascp.data.alce)                 given (GTR / BM25 order)
+    alce            ALCE JSON, task decided per item by its fields            given
     hotpotqa        official HotpotQA JSON (ascp.data.hotpotqa)               dense (file order is shuffled)
     hotpotqa-ircot  IRCoT HotpotQA JSON lines (ascp.data.hotpotqa)            dense
     recipes         Carriage recipe retrieval file (ascp.data.recipes)        given (retriever order)
 
-`rank_by="auto"` uses the default above; `given`, `dense` or `bm25` forces one order.
+`rank_by="auto"` uses the default above, except for a file that says its order is not a ranking
+(an ALCE file whose docs name several retrievers in `source`: a merged union such as the shared
+ASQA pools), which is re-ranked `dense` (`UNRANKED_ORDER`). The paper keeps ALCE's retriever order
+("strictly preserving the exact top N=30 passages", Sec. 7.1), hence `given` for ALCE files.
+`given`, `dense` or `bm25` forces one order; `load_cases_with_order` also returns the order used.
 `require_pool=False` admits cases without passages (the gold-only ALCE files), for gold
 statistics only; portfolio runs need the default `True`, which rejects them with a clear error.
 """
@@ -21,7 +25,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,8 +35,15 @@ if TYPE_CHECKING:
     import numpy as np
 
 FORMATS = ("auto", "jsonl", "asqa", "qampari", "eli5", "alce", "hotpotqa", "hotpotqa-ircot", "recipes")
-DEFAULT_ORDER = {"jsonl": "given", "asqa": "dense", "qampari": "dense", "eli5": "dense", "alce": "dense",
+DEFAULT_ORDER = {"jsonl": "given", "asqa": "given", "qampari": "given", "eli5": "given", "alce": "given",
                  "hotpotqa": "dense", "hotpotqa-ircot": "dense", "recipes": "given"}
+UNRANKED_ORDER = "dense"  # `auto` for a file whose list order is known not to be a ranking
+
+
+def auto_order(fmt: str, ranked: bool = True) -> str:
+    """The order `rank_by="auto"` uses for format `fmt`; `ranked=False`: the file says its order is
+    not a ranking."""
+    return DEFAULT_ORDER[fmt] if ranked else UNRANKED_ORDER
 
 
 def detect_format(path: str | Path) -> str:
@@ -43,24 +53,25 @@ def detect_format(path: str | Path) -> str:
     return detect(Path(path))
 
 
-def _loader(fmt: str) -> Callable[..., list[Case]]:
+def _loader(fmt: str) -> Callable[..., tuple[list[Case], bool]]:
+    """The reader of `fmt`: (path, limit, require_pool, depth) -> (cases, whether the file order is a ranking)."""
     if fmt == "jsonl":
         from ascp.data.jsonl import load_jsonl_cases
 
-        return lambda path, limit, require_pool, depth: load_jsonl_cases(path, limit=limit)
+        return lambda path, limit, require_pool, depth: (load_jsonl_cases(path, limit=limit), True)
     if fmt in ("asqa", "qampari", "eli5", "alce"):
-        from ascp.data.alce import load_alce
+        from ascp.data.alce import read_alce
 
-        return lambda path, limit, require_pool, depth: load_alce(
+        return lambda path, limit, require_pool, depth: read_alce(
             path, task=None if fmt == "alce" else fmt, limit=limit, require_pool=require_pool)
     if fmt in ("hotpotqa", "hotpotqa-ircot"):
         from ascp.data.hotpotqa import load_hotpotqa, load_hotpotqa_ircot
 
         read = load_hotpotqa if fmt == "hotpotqa" else load_hotpotqa_ircot
-        return lambda path, limit, require_pool, depth: read(path, limit=limit, require_pool=require_pool)
+        return lambda path, limit, require_pool, depth: (read(path, limit=limit, require_pool=require_pool), True)
     from ascp.data.recipes import load_recipes
 
-    return partial(load_recipes)
+    return lambda path, **kwargs: (load_recipes(path, **kwargs), True)
 
 
 def load_cases(
@@ -68,9 +79,19 @@ def load_cases(
     require_pool: bool = True, depth: int | None = None, min_pool: int | None = None,
     embed_fn: Callable[[Sequence[str]], np.ndarray] | None = None,
 ) -> list[Case]:
-    """Read, order and (optionally) cut the cases in `path`.
+    """Read, order and (optionally) cut the cases in `path` (arguments: `load_cases_with_order`)."""
+    return load_cases_with_order(path, format, rank_by, limit, require_pool=require_pool, depth=depth,
+                                 min_pool=min_pool, embed_fn=embed_fn)[0]
 
-    `rank_by`: auto | given | dense | bm25. `limit`: the first N cases (after `min_pool`).
+
+def load_cases_with_order(
+    path: str | Path, format: str = "auto", rank_by: str = "auto", limit: int | None = None, *,
+    require_pool: bool = True, depth: int | None = None, min_pool: int | None = None,
+    embed_fn: Callable[[Sequence[str]], np.ndarray] | None = None,
+) -> tuple[list[Case], str]:
+    """(the cases of `path`, read, ordered and optionally cut; the order used: given | dense | bm25).
+
+    `rank_by`: auto | given | dense | bm25 (auto: `auto_order`). `limit`: the first N cases (after `min_pool`).
     `min_pool`: keep only cases whose pool holds at least this many passages (before `depth`), e.g.
     the 24 a (k=2, T=12) rotation or a k=24 context needs without repeats. `depth`: keep the top
     `depth` passages of each pool after ordering (recipes: also extend the pool to `depth` from
@@ -90,12 +111,12 @@ def load_cases(
         if value is not None and value < 1:
             raise AscpError(f"{name} must be at least 1, got {value}.")
     fmt = detect_format(path) if format == "auto" else format
-    if min_pool is None:
-        cases = _loader(fmt)(path, limit=limit, require_pool=require_pool, depth=depth)
-    else:
-        cases = [c for c in _loader(fmt)(path, limit=None, require_pool=require_pool, depth=depth)
-                 if len(c.pool) >= min_pool][:limit]
-    cases = rank_pools(cases, DEFAULT_ORDER[fmt] if rank_by == "auto" else rank_by, embed_fn)
+    cases, ranked = _loader(fmt)(path, limit=limit if min_pool is None else None, require_pool=require_pool,
+                                 depth=depth)
+    if min_pool is not None:
+        cases = [c for c in cases if len(c.pool) >= min_pool][:limit]
+    order = auto_order(fmt, ranked) if rank_by == "auto" else rank_by
+    cases = rank_pools(cases, order, embed_fn)
     if depth is not None:
         cases = [replace(c, pool=c.pool[:depth]) for c in cases]
-    return cases
+    return cases, order

@@ -6,7 +6,13 @@ Gold units, one per:
 - ELI5    `claims[*]`         a claim unit (no aliases; matched by NLI entailment, `ascp.data.matching`).
 
 The pool is `docs` (`{id?, title, text, score?}`), in file order; a doc without an `id` is named
-`d<position>`, duplicate ids and empty texts are dropped (first occurrence kept). The case id is
+`d<position>`, duplicate ids and empty texts are dropped (first occurrence kept).
+
+ALCE's own files list each item's docs in their retriever's order (GTR for ASQA and QAMPARI, BM25
+for ELI5; paper Sec. 7.1), so that order is the pool's ranking. A file whose docs name two or more
+retrievers in a `source` field within one item is a merged union (the shared ASQA pools: BM25
+`sparse` + `hybrid` hits, with scores on different scales): its list order is not a ranking, and
+`read_alce` says so (`ascp.data.load_cases` then re-ranks under `rank_by="auto"`). The case id is
 `id`, else `sample_id`, else the item's position. Format `alce` decides the task of every item by
 its fields (`qa_pairs` > `claims` > `answers`); formats `asqa`, `qampari` and `eli5` require them.
 
@@ -76,8 +82,26 @@ def _pool(where: str, docs: Any) -> tuple[Passage, ...]:
     return tuple(pool)
 
 
+def merged_retrievers(items: list[Any]) -> bool:
+    """True when some item's docs name two or more retrievers (`source`): a merged union whose
+    list order is not a ranking."""
+    for item in items:
+        docs = item.get("docs") if isinstance(item, dict) else None
+        if isinstance(docs, list):
+            sources = {str(d["source"]) for d in docs if isinstance(d, dict) and d.get("source") is not None}
+            if len(sources) > 1:
+                return True
+    return False
+
+
 def load_alce(path: Path, task: str | None = None, limit: int | None = None, require_pool: bool = True) -> list[Case]:
     """Read an ALCE JSON list; `task` forces asqa | qampari | eli5 (None: decide per item)."""
+    return read_alce(path, task, limit, require_pool)[0]
+
+
+def read_alce(path: Path, task: str | None = None, limit: int | None = None,
+              require_pool: bool = True) -> tuple[list[Case], bool]:
+    """(`load_alce`'s cases, whether the file's doc order is a ranking: False for merged unions)."""
     fmt = task or "alce"
     items = read_json_list(path, "ALCE items")
     cases: list[Case] = []
@@ -104,4 +128,4 @@ def load_alce(path: Path, task: str | None = None, limit: int | None = None, req
         cases.append(Case(id=cid, question=question, pool=pool, units=units, task=item_kind))
         if limit is not None and len(cases) >= limit:
             break
-    return cases
+    return cases, not merged_retrievers(items)

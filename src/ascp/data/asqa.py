@@ -1,8 +1,9 @@
 """ALCE-style ASQA files (`../shared/data/asqa/asqa_wikidpr_pools.json`); kept as an entry point.
 
 The reader is `ascp.data.alce` (task `asqa`): gold unit = one `qa_pair`, aliases = its
-`short_answers`; pool = `docs`. The merged BM25/hybrid pools have retriever scores that are not
-comparable, so `load_cases` re-ranks them (dense by default).
+`short_answers`; pool = `docs`. The shared pools merge BM25 and hybrid hits (each doc names its
+`source`) whose scores are not comparable, so their order is not a ranking and `load_cases`
+re-ranks them (dense under `rank_by="auto"`); ALCE's own GTR files keep their order.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Ordering pools: keep the file's order, or re-rank against the question.
 
 `given`: the order the file lists passages in (meaningful for generic JSONL and retrieval
-outputs such as the recipe files). `dense`: cosine between the question and `title: text` of
-each passage under the embedded all-MiniLM-L6-v2 embedder. `bm25`: BM25 of each passage for the
+outputs such as ALCE's GTR/BM25 files and the recipe files). `dense`: cosine between the question
+and `title: text` of each passage under the embedder passed (default: the embedded
+all-MiniLM-L6-v2; the CLI passes its `--embedder`). `bm25`: BM25 of each passage for the
 question with the pool as the collection. Ties keep the original order. The rank used (1 =
 best) is stored on each passage (`Passage.rank`); re-ranking also stores its score.
 """
