@@ -33,8 +33,9 @@ def unit(cond: Condition, query: str, seed: int, pr: float, *, task: str = "toy"
     for t in range(cond.T):
         context = [f"{query}-d{t * cond.k + j}" for j in range(cond.k)]
         n_used = int(round(used_fraction * cond.k))
+        normalized = {d: 1.0 / n_used for d in context[:n_used]}  # the used passages share the mass
         rounds.append({"round": t + 1, "context": context, "response": " ".join(["w"] * words),
-                       "response_tokens": tokens // 4, "scores": {}, "normalized": {}, "used": context[:n_used],
+                       "response_tokens": tokens // 4, "scores": {}, "normalized": normalized, "used": context[:n_used],
                        "steered": False, "overused": 0, "seconds": 0.1, "prompt_tokens": tokens - tokens // 4,
                        "generation_seconds": 0.05})
     return {"task": task, "model": "m", "seed": seed, "case_id": query, **cond.fields(),
@@ -75,16 +76,17 @@ def grid_store(tmp_path_factory) -> Path:
                 records.append(unit(c(f"rotate(k=2,T={T})"), q, seed, base + (0.1 * T if T > 1 else 0.0)))
             records.append(unit(c("rotate(k=8,T=1)"), q, seed, base - 0.05, used_fraction=0.25))
             records.append(unit(c("ascp(k=2,T=4)"), q, seed, base + 0.3, ecr=0.8))
-            records.append(unit(c("mmr(k=2,T=4)"), q, seed, base + 0.1, ecr=0.6))
+            records.append(unit(c("mmr(k=2,T=4)"), q, seed, base + 0.1, ecr=0.6, used_fraction=1.0))
             records.append(unit(c("ascp-uniform(k=2,T=4)"), q, seed, base + 0.28))
             records.append(unit(c("ascp(k=2,T=4,steer=0.5,eta=0.1)"), q, seed, base + 0.32, words=8))
             records.append(unit(c("ascp(k=2,T=4,steer=0.0,eta=0.1)"), q, seed, base + 0.3 + 0.01 * seed, words=9))
+            records.append(unit(c("ascp(k=2,T=4,steer=0.5,eta=0.0)"), q, seed, base + 0.305, words=9))
     return write_store(tmp_path_factory.mktemp("stores") / "grid", records)
 
 
 @pytest.fixture(scope="module")
 def grid_report(grid_store) -> dict:
-    report = write_report(grid_store, n_boot=500)
+    report = write_report(grid_store, n_boot=500, used_threshold=0.4)
     data = json.loads((report.out / "tables" / "tables.json").read_text(encoding="utf-8"))
     return {"report": report, "data": data}
 
@@ -138,7 +140,8 @@ def test_comparison_tables_scheduler_only_and_steered(grid_report):
     assert set(t11) == {"vanilla RAG", "deep rotation", "MMR"}  # ascp variants are ablations, not baselines
     assert t11["vanilla RAG"]["delta_pr_mean"] == pytest.approx(0.3)
     assert t11["deep rotation"]["delta_pr_mean"] == pytest.approx(-0.1)
-    assert t11["MMR"]["delta_ecr_mean"] == pytest.approx(0.2)
+    # The tables' ECR at threshold 0.4: Ascp uses 1 of 2 passages a round (a = 1.0), MMR both (a = 0.5 each).
+    assert t11["MMR"]["delta_ecr_mean"] == pytest.approx(0.5 - 1.0)
     assert t11["MMR"]["delta_pr_method"].startswith("crossed")  # two seeds: crossed bootstrap
     t10 = [r["label"] for r in grid_report["data"]["table10_ascp_k2_T4"]["data"]]
     assert t10[0] == "Ascp without steering"
@@ -150,7 +153,11 @@ def test_decoder_table_uses_seed_t_with_two_seeds(grid_report):
     assert rows["full decoder - off"]["delta_pr_method"] == "t over seed means, df=1"
     assert rows["full decoder - off"]["delta_words_mean"] == pytest.approx(-8.0)  # 4 rounds x 2 fewer words
     assert rows["APC only"]["delta_pr_mean"] == pytest.approx(0.005)
-    assert "contrast, APC held off" not in rows  # no eta=0 condition in the run
+    assert rows["contrast, APC held off"]["delta_pr_mean"] == pytest.approx(0.005)
+    assert rows["APC, contrast held on"]["delta_pr_mean"] == pytest.approx(0.015)
+    # (full + off) - (APC only + contrast only) = (0.32 + 0.30) - (0.305 + 0.305)
+    assert rows["contrast x APC interaction"]["delta_pr_mean"] == pytest.approx(0.01)
+    assert len(rows) == 6
 
 
 def test_ablation_table_rows(grid_report):

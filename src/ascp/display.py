@@ -38,7 +38,8 @@ def print_results(
 
 
 SUMMARY_COLUMNS = (
-    ("pr", "PR@T"), ("best_single", "best single"), ("ecr", "ECR@T"), ("offered", "offered"), ("used", "used"),
+    ("pr", "PR@T"), ("best_single", "best single"), ("ceiling", "ceiling"), ("ecr_thresholded", "ECR"),
+    ("ecr", "ECR@T (Eq. 2)"), ("offered", "offered"), ("used", "used"),
     ("groundedness", "grounded"), ("distinct_2", "distinct-2"), ("self_bleu", "self-BLEU"),
     ("concentration", "concentration"),
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -59,6 +60,19 @@ def atomic_writer(path: str | Path) -> Iterator[Any]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def json_safe(obj: Any) -> Any:
+    """`obj` with non-finite floats as None and numpy scalars as Python ones (strict JSON)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if hasattr(obj, "item") and type(obj).__module__ == "numpy":
+        return json_safe(obj.item())
+    return obj
 
 
 def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> None:

@@ -201,6 +201,38 @@ def evidence_coverage_rate(rounds: Sequence[Round], theta: float = 0.1) -> float
     return len(covered) / offered
 
 
+def thresholded_used(rounds: Sequence[Round], threshold: float | None = None) -> set[str]:
+    """U_T(tau) = {d : exists t, d in C_t, raw_td > 0 and raw_td >= tau}: the passages whose raw probe
+    score (Eq. 3; nats per response token for `loo`) reaches a width-invariant threshold `tau` in some
+    round (ties count, relative tolerance 1e-9). None: `ascp.calibration.USED_THRESHOLD`, the
+    calibrated default (docs/calibration.md). The raw scale, not the normalised one: normalised
+    scores sum to 1 per round, so a constant cut on them caps the used count at 1/tau whatever the
+    width. tau must be positive and finite."""
+    from ascp.calibration import USED_THRESHOLD
+
+    tau = USED_THRESHOLD if threshold is None else float(threshold)
+    if not (tau > 0.0 and math.isfinite(tau)):
+        raise ValueError(f"the used threshold must be a positive number, got {tau}")
+    used: set[str] = set()
+    for r in rounds:
+        for pid in r.context:
+            raw = float(r.scores.get(pid, 0.0))
+            if math.isfinite(raw) and raw > 0 and (raw >= tau or math.isclose(raw, tau, rel_tol=1e-9)):
+                used.add(pid)
+    return used
+
+
+def thresholded_coverage(rounds: Sequence[Round], threshold: float | None = None) -> float:
+    """ECR as the paper's tables report it ("ECR uses fixed-response threshold", Tables 2, 10, 11,
+    15): |U_T(tau)| / |O_T|, the share of offered passages used in some round under one
+    width-invariant threshold tau on raw probe scores (`thresholded_used`). Unlike Eq. 2 the cut
+    does not move with each round's maximum, so a round that leans on one passage does not count
+    its weak neighbours. Empty O_T: nan."""
+    offered = offered_count(rounds)
+    used = thresholded_used(rounds, threshold)
+    return len(used) / offered if offered else math.nan
+
+
 def utilisation_concentration(rounds: Sequence[Round]) -> float:
     """Normalised Herfindahl–Hirschman index of the attribution mass over the offered passages.
 
@@ -366,8 +398,10 @@ METRIC_KEYS: tuple[str, ...] = (
     "pr",
     "best_single",
     "ecr",
+    "ecr_thresholded",
     "offered",
     "used",
+    "used_thresholded",
     "ceiling",
     "groundedness",
     "distinct_1",
@@ -385,11 +419,14 @@ def case_metrics(
     response_embeddings: np.ndarray | Sequence[Sequence[float]] | None = None,
     theta: float = 0.1,
     matcher: Matcher | None = None,
+    used_threshold: float | None = None,
 ) -> dict[str, float]:
     """Every metric of one portfolio, keyed by `METRIC_KEYS` (in that order; all floats).
 
     pr/best_single: `portfolio_recall`/`best_single_recall` of `case.units`; ecr:
-    `evidence_coverage_rate(theta)`; offered/used: `offered_count`/`used_count`; ceiling:
+    `evidence_coverage_rate(theta)` (Eq. 2); ecr_thresholded/used_thresholded: `thresholded_coverage`
+    and |`thresholded_used`| at `used_threshold` (None: the calibrated default; the paper's tables'
+    ECR); offered/used: `offered_count`/`used_count` (used: the run's own live decisions); ceiling:
     `evidence_ceiling` of the offered passages; groundedness: `lexical_groundedness` against each
     round's context looked up in `case.pool`; distinct_n;
     self_bleu; semantic_diversity: nan when `response_embeddings` (one row per round, round order)
@@ -412,8 +449,10 @@ def case_metrics(
         "pr": portfolio_recall(case.units, responses, matcher) if gold else math.nan,
         "best_single": best_single_recall(case.units, responses, matcher) if gold else math.nan,
         "ecr": evidence_coverage_rate(rounds, theta),
+        "ecr_thresholded": thresholded_coverage(rounds, used_threshold),
         "offered": float(offered_count(rounds)),
         "used": float(used_count(rounds)),
+        "used_thresholded": float(len(thresholded_used(rounds, used_threshold))),
         "ceiling": evidence_ceiling(case.units, offered, matcher) if gold else math.nan,
         "groundedness": lexical_groundedness(responses, contexts),
         "distinct_1": distinct_n(responses, 1),

@@ -42,7 +42,7 @@ PRESET_CLAIMS: dict[str, tuple[Claim, ...]] = {
         Claim("Ascp offers fewer passages than deep rotation", "ascp(k=5,T=5)", "rotate(k=5,T=5)", "offered",
               "10.55 vs 25.00 (Sec. 8.4)", -1),
         Claim("Ascp has a higher evidence coverage rate than deep rotation", "ascp(k=5,T=5)", "rotate(k=5,T=5)",
-              "ecr", "+0.307 (Table 10, steered Ascp)", +1),
+              "ecr_thresholded", "+0.307 (Table 10, steered Ascp)", +1),
     ),
 }
 PRESETS = tuple(PRESET_CLAIMS)
@@ -54,15 +54,21 @@ def default_data_root() -> Path:
 
 
 def preset_spec(name: str, data_root: Path, limit: int | None = None, model: str | None = None,
-                backend: str | None = None):
+                backend: str | None = None, embedder: str | None = None):
     """The preset's `ExperimentSpec`, its data paths resolved under `data_root` (checked to exist);
-    `model` replaces the preset's generator (a model spec as `--model` takes), `backend` its backend."""
+    `model` replaces the preset's generator (a model spec as `--model` takes), `backend` its backend,
+    `embedder` its embedder (a name or folder as `--embedder` takes)."""
     import yaml
 
     from ascp.experiments.spec import parse_spec
 
     if name not in PRESET_CLAIMS:
         raise AscpError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}.")
+    if embedder is not None:
+        from ascp.embed import EMBEDDER_NAMES, check_embedder
+
+        checked = check_embedder(embedder, "--embedder")  # names `--embedder` (not the spec field) when wrong
+        embedder = embedder if embedder in EMBEDDER_NAMES else checked
     if not data_root.is_dir():
         raise AscpError(f"data folder {data_root} does not exist; pass --data-root (the folder holding asqa/), "
                         "or set ASCP_DATA.")
@@ -80,14 +86,16 @@ def preset_spec(name: str, data_root: Path, limit: int | None = None, model: str
                          else {"name": path.stem, "path": str(path.resolve())}]
     if backend is not None:
         raw["backend"] = backend
-    if limit is not None or model is not None or backend is not None:
+    if embedder is not None:
+        raw["embedder"] = embedder
+    if limit is not None or model is not None or backend is not None or embedder is not None:
         text = yaml.safe_dump(raw, sort_keys=False)
     return parse_spec(raw, base=data_root, text=text)
 
 
 def reproduce(name: str, out: str | Path, data_root: str | Path | None = None, limit: int | None = None,
               progress=None, on_start=None, n_boot: int = 10_000, model: str | None = None,
-              backend: str | None = None):
+              backend: str | None = None, embedder: str | None = None):
     """Run (or resume) the preset into `out`, then write `out/report` with the paper's signs checked."""
     from ascp.experiments.run import prepare, run_experiment
     from ascp.experiments.store import check_out_location
@@ -95,7 +103,7 @@ def reproduce(name: str, out: str | Path, data_root: str | Path | None = None, l
 
     check_out_location(Path(out))
     root = Path(data_root) if data_root is not None else default_data_root()
-    spec = preset_spec(name, root, limit, model=model, backend=backend)
+    spec = preset_spec(name, root, limit, model=model, backend=backend, embedder=embedder)
     plan = prepare(spec)
     result = run_experiment(spec, out, plan=plan, progress=progress, on_start=on_start)
     report = write_report(out, n_boot=n_boot, claims=PRESET_CLAIMS[name],

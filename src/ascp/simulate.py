@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ascp.consumers import Consumer
+from ascp.errors import AscpError
 from ascp.lm.sampling import derive_seed
 from ascp.metrics import evidence_ceiling, evidence_coverage_rate, offered_count, used_count
 from ascp.schedulers import make_scheduler
@@ -36,14 +37,25 @@ SIMULATION_METRICS = ("offered", "used", "ecr", "ceiling", "used_ceiling")
 
 class EmbeddingCache:
     """An embedder that remembers every text's vector in a file (`.npz`, keyed by text hash), so
-    pools embedded once are not embedded again in later runs. Call `save()` to persist."""
+    pools embedded once are not embedded again in later runs. Call `save()` to persist.
 
-    def __init__(self, embed_fn: EmbedFn, path: Path) -> None:
-        self.embed_fn, self.path = embed_fn, Path(path)
+    `identity` (`ascp.embed.embedder_id`) is stored in the file; a file written by another
+    embedder is refused (one AscpError), so two embedders never share vectors. Files without it
+    were written before identities existed, by the embedded MiniLM only (`minilm`)."""
+
+    IDENTITY_KEY = "__embedder__"  # not a text hash: cannot collide with a vector's key
+    LEGACY_IDENTITY = "minilm"
+
+    def __init__(self, embed_fn: EmbedFn, path: Path, identity: str | None = None) -> None:
+        self.embed_fn, self.path, self.identity = embed_fn, Path(path), identity
         self.vectors: dict[str, np.ndarray] = {}
         if self.path.is_file():
             with np.load(self.path) as data:
-                self.vectors = {key: data[key] for key in data.files}
+                stored = str(data[self.IDENTITY_KEY]) if self.IDENTITY_KEY in data.files else self.LEGACY_IDENTITY
+                if identity is not None and stored != identity:
+                    raise AscpError(f"the embedding cache {self.path} holds vectors of embedder {stored!r}, not of "
+                                    f"--embedder {identity!r}; pass another --cache file (one per embedder).")
+                self.vectors = {key: data[key] for key in data.files if key != self.IDENTITY_KEY}
         self._dirty = False
 
     @staticmethod
@@ -65,7 +77,8 @@ class EmbeddingCache:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(self.path.name + ".tmp.npz")
-        np.savez(tmp, **self.vectors)  # type: ignore[arg-type]
+        stamp = {} if self.identity is None else {self.IDENTITY_KEY: np.array(self.identity)}
+        np.savez(tmp, **self.vectors, **stamp)  # type: ignore[arg-type]
         tmp.replace(self.path)
         self._dirty = False
 

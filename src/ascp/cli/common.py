@@ -85,6 +85,14 @@ TOpt = Annotated[int, typer.Option("--T", help="Rounds (generations) per case.")
 TemplateOpt = Annotated[str | None, typer.Option(
     "--template", help="Your own prompt: a format string with {passages} then {question}, or @FILE holding one.")]
 SystemOpt = Annotated[str, typer.Option("--system", help="A system message for the chat.")]
+_EMBEDDER_HELP = ("default or minilm (the embedded all-MiniLM-L6-v2), mpnet (all-mpnet-base-v2, the paper's facet "
+                  "embedder; run `make mpnet` first), hashing (tests only) or a sentence-transformers folder")
+EmbedderOpt = Annotated[str, typer.Option(
+    "--embedder", help=f"Sentence embedder of facets, dense re-ranking and diversity: {_EMBEDDER_HELP}.")]
+EmbedderOverrideOpt = Annotated[str | None, typer.Option(
+    "--embedder", help=f"Replace the spec's embedder (facets, dense re-ranking, diversity): {_EMBEDDER_HELP}.")]
+ProxyEmbedderOpt = Annotated[str | None, typer.Option(
+    "--embedder", help=f"Embedder of the qd-cosine and yd-cosine estimators (default: default): {_EMBEDDER_HELP}.")]
 
 
 def read_template(value: str | None) -> str | None:

@@ -8,6 +8,8 @@ from typing import Annotated, Any
 import typer
 
 from ascp.cli.common import (
+    EmbedderOpt,
+    EmbedderOverrideOpt,
     _experiment_progress,
     app,
     err,
@@ -33,6 +35,7 @@ def experiment_run(
                                                 "local one.")] = None,
     cpus_per_worker: Annotated[float, typer.Option("--cpus-per-worker", help="Ray: CPUs per actor.")] = 1.0,
     gpus_per_worker: Annotated[float, typer.Option("--gpus-per-worker", help="Ray: GPUs per actor.")] = 0.0,
+    embedder: EmbedderOverrideOpt = None,
 ) -> None:
     """Run (or resume) every unit of an experiment spec; finished units are never redone or lost."""
     from ascp.experiments.run import prepare, run_experiment
@@ -40,7 +43,7 @@ def experiment_run(
 
     with user_errors():
         check_out_location(out_dir)
-        plan = prepare(spec, executor, workers)
+        plan = prepare(spec, executor, workers, embedder=embedder)
         options: dict[str, Any] = (
             {"cpus_per_worker": cpus_per_worker, "gpus_per_worker": gpus_per_worker} if executor == "ray" else {}
         )
@@ -107,14 +110,18 @@ def density_command(
     nli_model: Annotated[str | None, typer.Option("--nli-model", help="NLI cross-encoder (folder or cached name) "
                                                   "to attest claim units (ELI5); default: claims are skipped.")] = None,
     out_path: Annotated[Path | None, typer.Option("--out", help="Also write the densities as JSON.")] = None,
+    embedder: EmbedderOpt = "default",
 ) -> None:
     """Relevance density per task (Table 3): rho by rank band, head-5 shares, gold units, log-log slope."""
     with user_errors():
         import json
 
-        from ascp.data import load_cases
+        from ascp.data import load_cases_with_order
         from ascp.data.density import density_by_task
+        from ascp.embed import check_embedder, resolve_embedder
 
+        # dense re-ranking only (loaded if used); the default is checked then, so given/bm25 need no MiniLM
+        embed_fn = resolve_embedder(embedder if embedder == "default" else check_embedder(embedder))
         if max_rank < 5:
             raise AscpError(f"--max-rank must be at least 5, got {max_rank}.")
         if out_path is not None and not out_path.parent.exists():
@@ -125,9 +132,11 @@ def density_command(
 
             matcher = NLIMatcher(nli_model)
         results: list[tuple] = []  # (file, density): one row per task per file
+        orders: dict[Path, str] = {}  # file -> the pool order used (auto resolves per file)
         for path in data:
             with err.status(f"loading and ranking {path.name}"):
-                cases = load_cases(path, format=format, rank_by=rank_by, limit=limit, require_pool=False, depth=depth)
+                cases, orders[path] = load_cases_with_order(path, format=format, rank_by=rank_by, limit=limit,
+                                                            require_pool=False, depth=depth, embed_fn=embed_fn)
             with err.status(f"attesting gold units in {path.name}"):
                 results.extend((path, d) for d in density_by_task(cases, max_rank=max_rank, matcher=matcher))
         from ascp.display import density_table
@@ -138,7 +147,8 @@ def density_command(
             from ascp.jsonio import atomic_writer
 
             with atomic_writer(out_path) as handle:
-                json.dump([{"data": str(path), **d.to_json()} for path, d in results], handle, indent=2)
+                json.dump([{"data": str(path), "order": orders[path], **d.to_json()} for path, d in results], handle,
+                          indent=2)
             err.print(f"wrote {out_path}")
 
 
@@ -151,6 +161,9 @@ def report_command(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap draws.")] = 0,
     preset: Annotated[str | None, typer.Option("--preset", help="Also check the paper claims of this "
                                                "`ascp reproduce` preset (e.g. cpu-small).")] = None,
+    used_threshold: Annotated[str | None, typer.Option(
+        "--used-threshold", help="Width-invariant threshold of the tables' ECR: a positive number (raw probe "
+        "score) or an `ascp calibrate` folder (default: the calibrated default, docs/calibration.md).")] = None,
 ) -> None:
     """Write paper-layout tables (markdown, LaTeX), PNG figures and an HTML page for an experiment run."""
     from ascp.report import write_report
@@ -167,7 +180,12 @@ def report_command(
             raise AscpError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}.")
         claims = PRESET_CLAIMS[preset] if preset else ()
         title = f"ascp reproduce --preset {preset}" if preset else None
-        report = write_report(directory, out_dir, n_boot=n_boot, seed=seed, claims=claims, title=title)
+        if used_threshold is not None:
+            from ascp.calibration import resolve_used_threshold
+
+            resolve_used_threshold(used_threshold)  # a bad value fails before the store is read
+        report = write_report(directory, out_dir, n_boot=n_boot, seed=seed, claims=claims, title=title,
+                              used_threshold=used_threshold)
         err.print(f"{report.units}/{report.total} units; {len(report.tables)} tables "
                   f"({', '.join(report.tables)}), {len(report.figures)} figures; open {report.out}/index.html",
                   markup=False, highlight=False)
@@ -185,6 +203,7 @@ def reproduce_command(
                                               "a .gguf file or a cached hub id.")] = None,
     backend: Annotated[str | None, typer.Option("--backend", help="auto, hf or llamacpp (default: the "
                                                 "preset's, auto).")] = None,
+    embedder: EmbedderOverrideOpt = None,
 ) -> None:
     """Run a packaged reduction of the paper's experiments, then report which of its signs reproduce."""
     from ascp.reproduce import reproduce
@@ -195,7 +214,7 @@ def reproduce_command(
         try:
             with bar:
                 result, report = reproduce(preset, out_dir, data_root, limit, progress=progress, on_start=on_start,
-                                           model=model, backend=backend)
+                                           model=model, backend=backend, embedder=embedder)
         except KeyboardInterrupt:
             err.print(f"interrupted; finished units are kept in {out_dir}; rerun the same command to resume.")
             raise typer.Exit(130) from None

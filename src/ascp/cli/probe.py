@@ -15,6 +15,7 @@ from ascp.cli.common import (
     Input,
     ModelOpt,
     OutOpt,
+    ProxyEmbedderOpt,
     SeedOpt,
     SystemOpt,
     TemplateOpt,
@@ -34,7 +35,7 @@ def run_attribution(
     input_path: Path, estimator_name: str, model: str, seed: int, out_path: Path | None,
     max_new_tokens: int, temperature: float, top_p: float, threshold: float | None,
     instruction: str, device: str, show: bool, html_path: Path | None = None, template: str | None = None,
-    system: str = "", backend: str = "auto",
+    system: str = "", backend: str = "auto", embedder: str | None = None,
 ) -> None:
     from ascp.api import Probe, load_model
     from ascp.jsonio import write_jsonl
@@ -46,6 +47,7 @@ def run_attribution(
     sampling = SamplingConfig(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
     settings: dict[str, Any] = dict(seed=seed, threshold=threshold, instruction=instruction, sampling=sampling,
                                     template=read_template(template), system=system)
+    settings.update(proxy_embedder([estimator_name], embedder))
     Probe(None, estimator_name, **settings)
     requests = load_requests(input_path)
     for target in (out_path, html_path):
@@ -77,6 +79,18 @@ def run_attribution(
 
 
 
+def proxy_embedder(estimators: list[str], embedder: str | None) -> dict[str, str]:
+    """`--embedder` of the cosine proxies, checked before any work: {"embedder": canonical} or {}."""
+    from ascp.embed import check_embedder
+
+    if embedder is None:
+        return {}
+    if not any(e.endswith("-cosine") for e in estimators):
+        raise AscpError("--embedder applies to the qd-cosine and yd-cosine estimators only; drop it or add one "
+                        "of them.")
+    return {"embedder": check_embedder(embedder)}
+
+
 @app.command()
 def attribute(
     input: Input,
@@ -96,11 +110,12 @@ def attribute(
                                               "passages shaded by their normalised score.")] = None,
     template: TemplateOpt = None,
     system: SystemOpt = "",
+    embedder: ProxyEmbedderOpt = None,
 ) -> None:
     """Score how much a fixed (or freshly generated) response relied on each passage."""
     with user_errors():
         run_attribution(input, estimator, model, seed, out_path, max_new_tokens, temperature, top_p,
-                        threshold, instruction, device, show, html, template, system, backend)
+                        threshold, instruction, device, show, html, template, system, backend, embedder)
 
 
 
@@ -163,6 +178,7 @@ def validate_probe(
     backend: BackendOpt = "auto",
     template: TemplateOpt = None,
     system: SystemOpt = "",
+    embedder: ProxyEmbedderOpt = None,
 ) -> None:
     """Validate the probe on controlled pools (Sec. 4, Fig. 3): AUC, cover@m gain, operating-point transfer."""
     with user_errors():
@@ -184,6 +200,8 @@ def validate_probe(
             contextcite_ablations=contextcite_ablations, instruction=instruction, max_minutes=max_minutes,
             sampling=SamplingConfig(temperature=temperature, max_new_tokens=max_new_tokens),
             max_words=max_passage_words, template=read_template(template), system=system,
+            embedder=proxy_embedder(list(vx.parse_list(estimators, ESTIMATOR_NAMES, "estimator")),
+                                    embedder).get("embedder", "default"),
         )
         config.check()
         check_out_dir(out_dir)
@@ -203,6 +221,7 @@ def validate_probe(
                  *([f"--max-minutes {max_minutes:g}"] if max_minutes else []), f"--format {format}",
                  f"--max-passage-words {max_passage_words}", f"--bootstrap {bootstrap}",
                  f"--device {device}", f"--backend {backend}",
+                 *([f"--embedder {shlex.quote(embedder)}"] if embedder else []),
                  *([f"--template {shlex.quote(template)}"] if template else []),
                  *([f"--system {shlex.quote(system)}"] if system else [])])
 
@@ -211,6 +230,77 @@ def validate_probe(
         write_outputs(out_dir, run, summary)
         err.print(f"wrote {out_dir}/results.md, scores.jsonl, responses.jsonl, summary.json and figures "
                   f"({len(run.cases)} cases, {run.seconds:.0f} s)", markup=False, highlight=False)
+
+
+@app.command("calibrate")
+def calibrate_command(
+    validation: Annotated[list[Path], typer.Option(
+        "--validation", help="An `ascp validate-probe` output folder (repeat to pool several); the free "
+        "fit needs --protocol free or fixed,free runs.")],
+    out_dir: Annotated[Path, typer.Option("--out", help="Output folder: calibration.json, results.md, "
+                                          "fig4_calibration.png.")],
+    estimator: Annotated[str, typer.Option("--estimator", help="Whose normalised scores to calibrate.")] = "loo",
+    quantile: Annotated[float, typer.Option("--quantile", help="Operating point on off-query padding.")] = 0.95,
+    data: Annotated[Path | None, typer.Option(
+        "--data", help="The validated cases' file, for the redundancy strata of Fig. 4(b).")] = None,
+    embedder: Annotated[str, typer.Option(
+        "--embedder", help="Embedder of the embedding-redundancy measure: default, hashing or a folder.")] = "default",
+    bootstrap: Annotated[int, typer.Option("--bootstrap", help="Case-bootstrap replicates.")] = 2000,
+    seed: SeedOpt = 0,
+) -> None:
+    """Calibrate the width-invariant used threshold, fit tau_free(k) and the width elasticity (Sec. 4.4, Fig. 4)."""
+    with user_errors():
+        from ascp.calibration import calibrate, redundancy
+        from ascp.jsonio import check_replaceable, read_jsonl, staged_folder
+        from ascp.report.calibration import write_calibration
+        from ascp.validation.analysis import contexts
+
+        if bootstrap < 100:
+            raise AscpError(f"--bootstrap must be at least 100, got {bootstrap}.")
+        if not 0.5 <= quantile < 1:
+            raise AscpError(f"--quantile must lie in [0.5, 1), got {quantile}.")
+        rows = []
+        for folder in validation:
+            path = folder / "scores.jsonl"
+            if not path.is_file():
+                raise AscpError(f"{folder} holds no scores.jsonl; pass the --out folder of `ascp validate-probe`.")
+            rows += [r for _, r in read_jsonl(path)]
+        ctxs = [c for c in contexts(rows) if c.estimator == estimator]
+        if not ctxs:
+            found = sorted({r.get("estimator", "?") for r in rows})
+            raise AscpError(f"no {estimator!r} scores in {', '.join(map(str, validation))} (found: "
+                            f"{', '.join(found)}); pass --estimator with one of those.")
+        if not any(c.protocol == "fixed" and c.padding == "off-query" for c in ctxs):
+            raise AscpError("the width-invariant threshold needs fixed-protocol runs with off-query padding; run "
+                            "`ascp validate-probe --protocol fixed,free --paddings off-query,same-query`.")
+        check_replaceable(out_dir, "calibration.json", "calibration")
+        if not out_dir.parent.is_dir():
+            raise AscpError(f"the parent folder of {out_dir} does not exist; create it first.")
+        strata = None
+        if data is not None:
+            from ascp.data import load_cases
+            from ascp.experiments.embedders import check_embedder, resolve_embedder
+
+            check_embedder(embedder)
+            wanted = {c.case_id for c in ctxs}
+            cases = [c for c in load_cases(data, rank_by="given") if c.id in wanted]
+            if not cases:
+                raise AscpError(f"none of the validated cases is in {data}; pass the --data file of the "
+                                "validate-probe runs.")
+            with err.status(f"redundancy of {len(cases)} natural pools"):
+                strata = redundancy(cases, resolve_embedder(embedder))
+        with err.status(f"calibrating {len(ctxs)} contexts ({bootstrap} bootstrap replicates)"):
+            result = calibrate(ctxs, quantile=quantile, n_boot=bootstrap, seed=seed, strata=strata)
+        result.update(estimator=estimator, n_boot=bootstrap, sources=[str(v) for v in validation])
+        command = " ".join(["ascp calibrate", *(f"--validation {v}" for v in validation), f"--out {out_dir}",
+                            f"--estimator {estimator}", f"--quantile {quantile:g}",
+                            *([f"--data {data}", f"--embedder {embedder}"] if data is not None else []),
+                            f"--bootstrap {bootstrap}", f"--seed {seed}"])
+        with staged_folder(out_dir, whole=True) as tmp:
+            write_calibration(tmp, result, command)
+        tau = result["width_invariant_threshold"]["value"]
+        err.print(f"width-invariant threshold {tau:.4f}; wrote {out_dir}/results.md, calibration.json and "
+                  "fig4_calibration.png", markup=False, highlight=False)
 
 
 # ----- ascp experiment: declarative specs -> resumable run store -> Parquet ---------------------

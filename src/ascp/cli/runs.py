@@ -12,6 +12,7 @@ from ascp.cli.common import (
     BackendOpt,
     DataOpt,
     DeviceOpt,
+    EmbedderOpt,
     EstimatorOpt,
     KOpt,
     ModelOpt,
@@ -44,16 +45,21 @@ def _validate_run_args(policy: str, k: int, T: int, estimator: str) -> None:
 def execute_run(
     cases, policy: str, k: int, T: int, model: str, estimator: str, seed: int, max_new_tokens: int,
     device: str, lm=None, steer=None, template: str | None = None, system: str = "", backend: str = "auto",
+    matcher=None, embed_fn=None,
 ):
     """Run one policy over loaded cases with a progress bar; returns (portfolios, case rows, lm).
 
-    `steer`: a `SteerConfig` for attribution-steered decoding from round 2 on, or None.
+    `steer`: a `SteerConfig` for attribution-steered decoding from round 2 on, or None;
+    `matcher`: decides claim units (ELI5), see `ascp.nli`; required when a case has them;
+    `embed_fn`: the `--embedder` (None: the embedded MiniLM).
     """
     from ascp.api import load_model, run_portfolios
+    from ascp.nli import require_matcher
 
     for case in cases:
         if len(case.pool) < k:
             raise AscpError(f"case {case.id!r}: its pool has {len(case.pool)} passages, fewer than k={k}.")
+    require_matcher(cases, matcher is not None)  # before the model loads
     if lm is None:
         with err.status(f"loading model {model!r}"):
             lm = load_model(model, device=device, backend=backend)
@@ -61,7 +67,7 @@ def execute_run(
         task = bar.add_task(f"{policy} k={k} T={T}", total=len(cases) * T)
         portfolios = run_portfolios(cases, policy=policy, k=k, T=T, model=lm, estimator=estimator, seed=seed,
                                     max_new_tokens=max_new_tokens, steer=steer, template=template, system=system,
-                                    progress=lambda n: bar.advance(task, n))
+                                    progress=lambda n: bar.advance(task, n), nli_model=matcher, embed_fn=embed_fn)
     rows = [{"case_id": p.case_id, "policy": p.policy, "pool": [d.id for d in case.pool], **p.metrics}
             for case, p in zip(cases, portfolios, strict=True)]
     return portfolios, rows, lm
@@ -80,8 +86,9 @@ def run(
     estimator: EstimatorOpt = "loo",
     seed: SeedOpt = 0,
     limit: Annotated[int | None, typer.Option("--limit", help="Use only the first N cases.")] = None,
-    rank_by: Annotated[str, typer.Option("--rank-by", help="Pool order: auto (the format's default: given for "
-                                         "jsonl, dense for ASQA), given, dense or bm25.")] = "auto",
+    rank_by: Annotated[str, typer.Option("--rank-by", help="Pool order: auto (the format's default: the file's "
+                                         "order for jsonl and ALCE files, dense for merged-retriever pools such as "
+                                         "the shared ASQA ones), given, dense or bm25.")] = "auto",
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens")] = 64,
     device: DeviceOpt = "auto",
     backend: BackendOpt = "auto",
@@ -99,10 +106,14 @@ def run(
                                             "--out.")] = False,
     template: TemplateOpt = None,
     system: SystemOpt = "",
+    nli_model: Annotated[str | None, typer.Option("--nli-model", help="How claim units (ELI5) are recalled: a "
+                                                  "local NLI model folder (ALCE claim recall by entailment) or "
+                                                  "'lexical' (an approximation, not ALCE's metric).")] = None,
+    embedder: EmbedderOpt = "default",
 ) -> None:
     """Run T rounds of one scheduling policy on every case and write the portfolio with its metrics."""
     with user_errors():
-        from ascp.data import load_cases
+        from ascp.data import load_cases_with_order
         from ascp.decoding import SteerConfig
         from ascp.display import summary_table
         from ascp.lm.protocol import backend_name
@@ -120,15 +131,30 @@ def run(
 
         prompt = read_template(template)
         prompt_template(template=prompt, system=system)  # a bad template fails before any work
+        from ascp.embed import check_embedder, resolve_embedder
+
+        embedder = check_embedder(embedder)  # a missing embedder fails before any work
+        embed_fn = resolve_embedder(embedder)
+        from ascp.nli import check_nli_model, load_nli_matcher, matcher_name, require_matcher
+
+        if nli_model is not None:
+            check_nli_model(nli_model)
         check_out_dir(out_dir, overwrite=overwrite)
-        cases = load_cases(data, format=format, rank_by=rank_by, limit=limit)
+        cases, order = load_cases_with_order(data, format=format, rank_by=rank_by, limit=limit, embed_fn=embed_fn)
+        require_matcher(cases, nli_model is not None)
+        matcher = None
+        if nli_model is not None:
+            with err.status(f"loading NLI model {nli_model!r}"):
+                matcher = load_nli_matcher(nli_model, device=device)
         portfolios, rows, lm = execute_run(cases, policy, k, T, model, estimator, seed, max_new_tokens, device,
-                                          steer=steer_config, template=prompt, system=system, backend=backend)
-        run_config = {"data": str(data), "format": format, "rank_by": rank_by, "policy": policy, "k": k, "T": T,
+                                          steer=steer_config, template=prompt, system=system, backend=backend,
+                                          matcher=matcher, embed_fn=embed_fn)
+        run_config = {"data": str(data), "format": format, "rank_by": rank_by, "order": order, "embedder": embedder,
+                      "policy": policy, "k": k, "T": T,
                       "model": model, "backend": backend_name(lm), "estimator": estimator, "seed": seed, "limit": limit,
                       "sampling": SamplingConfig(max_new_tokens=max_new_tokens).__dict__,
                       "steer": steer_config.to_json() if steer_config else None,
-                      "template": prompt, "system": system}
+                      "template": prompt, "system": system, "nli_model": matcher_name(matcher)}
         summary = write_run(out_dir, cases, portfolios, rows, run_config)
         out.print(summary_table({policy: summary["mean"]}, title=f"{data.name}: {len(rows)} cases, k={k}, T={T}"))
         err.print(f"wrote {out_dir}/rounds.jsonl, cases.jsonl, summary.json")
@@ -141,12 +167,16 @@ def demo(
     k: Annotated[int, typer.Option("--k")] = 2,
     T: Annotated[int, typer.Option("--T")] = 4,
     backend: BackendOpt = "auto",
+    embedder: EmbedderOpt = "default",
 ) -> None:
     """Compare ascp, rotate and vanilla portfolios on the bundled demo set (embedded defaults)."""
     with user_errors():
         from ascp.data import load_cases
         from ascp.display import portfolio_panel, summary_table
+        from ascp.embed import check_embedder, resolve_embedder
         from ascp.runio import summarize
+
+        embed_fn = resolve_embedder(check_embedder(embedder))
 
         path = Path(str(resources.files("ascp") / "resources" / "demo_cases.jsonl"))
         cases = load_cases(path, format="jsonl")
@@ -155,7 +185,7 @@ def demo(
         lm, means = None, {}
         for policy in ("ascp", "rotate", "vanilla"):
             portfolios, rows, lm = execute_run(cases, policy, k, T, model, "loo", seed, 48, "auto", lm=lm,
-                                               backend=backend)
+                                               backend=backend, embed_fn=embed_fn)
             for case, portfolio, row in zip(cases, portfolios, rows, strict=True):
                 out.print(portfolio_panel(case, portfolio, row))
             means[policy] = summarize(rows)
@@ -179,15 +209,16 @@ def simulate_command(
     min_pool: Annotated[int | None, typer.Option("--min-pool", help="Keep cases with at least N passages.")] = None,
     seed: SeedOpt = 0,
     n_boot: Annotated[int, typer.Option("--n-boot", help="Bootstrap replicates per interval.")] = 2000,
-    cache: Annotated[Path | None, typer.Option("--cache", help="Embedding cache file (default: "
-                                               "$ASCP_HOME/embeddings/minilm.npz).")] = None,
+    cache: Annotated[Path | None, typer.Option("--cache", help="Embedding cache file, one per embedder (default: "
+                                               "$ASCP_HOME/embeddings/<embedder>.npz, e.g. minilm.npz).")] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an earlier simulation in --out.")] = False,
+    embedder: EmbedderOpt = "default",
 ) -> None:
     """The closed loop with a model-free consumer in place of the generator and probe: seconds per policy."""
     with user_errors():
         from ascp.consumers import Oracle, Replay, make_consumer
-        from ascp.data import load_cases
-        from ascp.embed import embed
+        from ascp.data import load_cases_with_order
+        from ascp.embed import check_embedder, embedder_id, resolve_embedder
         from ascp.jsonio import check_replaceable
         from ascp.paths import ascp_home
         from ascp.runio import check_out_dir
@@ -210,16 +241,20 @@ def simulate_command(
         if k < 1 or T < 1:
             raise AscpError(f"k and T must be at least 1 (got --k {k} --T {T}).")
         reader = make_consumer(consumer, seed=seed)
+        embedder = check_embedder(embedder)  # a missing embedder fails before any work
         check_out_dir(out_dir, overwrite=overwrite)
         check_replaceable(out_dir, "comparison.json", "simulation")
         if (out_dir / "comparison.json").exists() and not overwrite:
             raise AscpError(f"--out {out_dir} already holds a simulation; pass --overwrite to replace it.")
         if n_boot < 100:
             raise AscpError(f"--n-boot must be at least 100, got {n_boot}.")
-        embedder = EmbeddingCache(embed, cache or ascp_home() / "embeddings" / "minilm.npz")
+        # keyed by embedder: two embedders never share a cache file (EmbeddingCache checks --cache too)
+        cached = EmbeddingCache(resolve_embedder(embedder),
+                                cache or ascp_home() / "embeddings" / f"{embedder_id(embedder)}.npz",
+                                identity=embedder_id(embedder))
         with err.status(f"loading {data.name}"):
-            cases = load_cases(data, format=format, rank_by=rank_by, limit=limit, min_pool=min_pool,
-                               embed_fn=embedder)
+            cases, order = load_cases_with_order(data, format=format, rank_by=rank_by, limit=limit,
+                                                 min_pool=min_pool, embed_fn=cached)
         if not cases:
             raise AscpError(f"no case of {data} is left (--min-pool {min_pool}, --limit {limit}); relax the filters.")
         if isinstance(reader, Oracle) and any(not u.aliases for c in cases for u in c.units):
@@ -230,9 +265,9 @@ def simulate_command(
             raise AscpError(f"case {short[0]!r}: its pool has fewer than k={k} passages; pass --min-pool {k}.")
         if isinstance(reader, Replay):
             reader.check(cases, T)
-        with err.status(f"embedding {len(cases)} pools (cached in {embedder.path})"):
-            views = pool_views(cases, embedder)
-            embedder.save()
+        with err.status(f"embedding {len(cases)} pools (cached in {cached.path})"):
+            views = pool_views(cases, cached)
+            cached.save()
         results = {}
         with _progress() as bar:
             for name in policies:
@@ -244,7 +279,8 @@ def simulate_command(
                 portfolios = simulate_portfolios(cases, name, k, T, reader, views, seed=seed, progress=advance)
                 results[portfolios[0].policy if portfolios else name] = portfolios
         comparison = compare(results, n_boot=n_boot, seed=seed)
-        config = {"data": str(data), "format": format, "rank_by": rank_by, "limit": limit, "min_pool": min_pool,
+        config = {"data": str(data), "format": format, "rank_by": rank_by, "order": order, "embedder": embedder,
+                  "limit": limit, "min_pool": min_pool,
                   "k": k, "T": T, "consumer": reader.name, "seed": seed, "n_boot": n_boot, "cases": len(cases)}
         write_simulation(out_dir, cases, results, config, comparison)
         from ascp.display import simulation_table

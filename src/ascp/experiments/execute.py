@@ -15,6 +15,7 @@ from ascp.experiments.condition import Condition
 from ascp.experiments.plan import Chunk
 from ascp.experiments.spec import Settings
 from ascp.lm.protocol import backend_name
+from ascp.metrics import Matcher
 
 
 def loop_config(condition: Condition, seed: int, settings: Settings):
@@ -35,12 +36,14 @@ def loop_config(condition: Condition, seed: int, settings: Settings):
     return LoopConfig(**kwargs)
 
 
-def run_chunk(lm, chunk: Chunk, embed_fn: Callable, progress: Callable[[int], None] | None = None) -> list[dict]:
-    """Run every case of the chunk (batched by the loop) and return one record per case."""
+def run_chunk(lm, chunk: Chunk, embed_fn: Callable, progress: Callable[[int], None] | None = None,
+              matcher: Matcher | None = None) -> list[dict]:
+    """Run every case of the chunk (batched by the loop) and return one record per case; claim
+    units are decided by `matcher` (`load_matcher(settings)`, loaded once per worker)."""
     from ascp.runner import run_policy
 
     config = loop_config(chunk.condition, chunk.seed, chunk.settings)
-    portfolios, rows = run_policy(lm, chunk.cases, config, embed_fn, progress=progress)
+    portfolios, rows = run_policy(lm, chunk.cases, config, embed_fn, progress=progress, matcher=matcher)
     records = []
     for case, portfolio, row in zip(chunk.cases, portfolios, rows, strict=True):
         records.append({
@@ -53,6 +56,15 @@ def run_chunk(lm, chunk: Chunk, embed_fn: Callable, progress: Callable[[int], No
             "rounds": [r.to_json() for r in portfolio.rounds],
         })
     return records
+
+
+def load_matcher(settings: Settings) -> Matcher | None:
+    """The spec's claim matcher (`nli_model`), on the spec's device; None when the spec names none."""
+    if settings.nli_model is None:
+        return None
+    from ascp.nli import load_nli_matcher
+
+    return load_nli_matcher(settings.nli_model, device=settings.device, where="spec field nli_model:")
 
 
 def load_model(model_source: str, device: str, backend: str = "auto"):

@@ -15,8 +15,9 @@ from collections.abc import Callable, Sequence
 
 from ascp.errors import AscpError
 from ascp.experiments.embedders import EmbedFn, MemoEmbedder, resolve_embedder
-from ascp.experiments.execute import load_model, run_chunk
+from ascp.experiments.execute import load_matcher, load_model, run_chunk
 from ascp.experiments.plan import Chunk
+from ascp.experiments.spec import Settings
 from ascp.experiments.store import RunStore
 
 EXECUTORS = ("local", "ray")
@@ -31,13 +32,14 @@ def _quiet(*_: int) -> None:
 def run_local(chunks: Sequence[Chunk], store: RunStore, embed_fn: EmbedFn | None = None,
               progress: Progress | None = None) -> None:
     progress = progress or _quiet
+    matcher = load_matcher(chunks[0].settings) if chunks else None  # the settings are the spec's: one matcher
     for model, grouped in itertools.groupby(chunks, key=lambda c: c.model):
         group = list(grouped)
         settings = group[0].settings
         embed = MemoEmbedder(embed_fn or resolve_embedder(settings.embedder))
         lm = load_model(model.source, settings.device, settings.backend)
         for chunk in group:
-            records = run_chunk(lm, chunk, embed, progress=lambda n: progress(n, 0))
+            records = run_chunk(lm, chunk, embed, progress=lambda n: progress(n, 0), matcher=matcher)
             progress(0, sum(store.write(r) for r in records))
         del lm
         gc.collect()
@@ -53,22 +55,23 @@ def import_ray():
 
 
 class ChunkWorker:
-    """A Ray actor body: holds one model (loaded once) and runs the chunks it is sent."""
+    """A Ray actor body: holds one model and claim matcher (loaded once) and runs the chunks it is sent."""
 
     def __init__(self, model_source: str, device: str, embedder: str, embed_fn: EmbedFn | None = None,
-                 backend: str = "auto") -> None:
+                 backend: str = "auto", settings: Settings | None = None) -> None:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         self.error: str | None = None  # a user error while loading, re-raised by run() as a task error
         try:
             self.lm = load_model(model_source, device, backend)
             self.embed = MemoEmbedder(embed_fn or resolve_embedder(embedder))
+            self.matcher = load_matcher(settings) if settings is not None else None
         except AscpError as exc:
             self.error = str(exc)
 
     def run(self, chunk: Chunk) -> list[dict]:
         if self.error is not None:
             raise AscpError(self.error)
-        return run_chunk(self.lm, chunk, self.embed)
+        return run_chunk(self.lm, chunk, self.embed, matcher=self.matcher)
 
 
 def run_ray(chunks: Sequence[Chunk], store: RunStore, workers: int = 1, address: str | None = None,
@@ -94,7 +97,8 @@ def run_ray(chunks: Sequence[Chunk], store: RunStore, workers: int = 1, address:
         for model, grouped in itertools.groupby(chunks, key=lambda c: c.model):
             group = list(grouped)
             settings = group[0].settings
-            actors = [remote.remote(model.source, settings.device, settings.embedder, embed_fn, settings.backend)
+            actors = [remote.remote(model.source, settings.device, settings.embedder, embed_fn, settings.backend,
+                                    settings)
                       for _ in range(max(1, min(workers, len(group))))]
             try:
                 pool = ActorPool(actors)

@@ -11,7 +11,7 @@ whole, and only its missing units are written.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ascp.errors import AscpError
@@ -57,6 +57,7 @@ class Chunk:
 class Plan:
     spec: ExperimentSpec
     cases: dict[str, tuple[Case, ...]]  # task name -> cases in file order
+    orders: dict[str, str] = field(default_factory=dict)  # task name -> pool order used (given | dense | bm25)
 
     def chunks(self) -> Iterator[Chunk]:
         """All chunks, in execution order: model (loaded once), task, seed, condition, cases."""
@@ -84,29 +85,36 @@ class Plan:
             "name": spec.name,
             "tasks": [{"name": t.name, "data": str(t.data), "format": t.format, "limit": t.limit,
                        "rank_by": t.rank_by, "depth": t.depth,
+                       # the order `auto` resolved to (explicit orders name themselves)
+                       **({"order": self.orders[t.name]} if t.rank_by == "auto" and t.name in self.orders else {}),
                        **({} if t.min_pool is None else {"min_pool": t.min_pool}),  # absent: older stores resume
                        "cases": [c.id for c in self.cases[t.name]]}
                       for t in spec.tasks],
             "models": [{"name": m.name, "source": m.source} for m in spec.models],
             "seeds": list(spec.seeds),
             "conditions": [c.name for c in spec.conditions],
-            # template/system only when set and backend only when not auto, so stores made before
-            # they existed still resume (each record names the backend that actually ran)
+            # template/system/nli_model only when set and backend only when not auto, so stores made
+            # before they existed still resume (each record names the backend that actually ran)
             "settings": {k: v for k, v in spec.settings.__dict__.items()
-                         if (k not in ("template", "system") or v) and (k != "backend" or v != "auto")},
+                         if (k not in ("template", "system", "nli_model") or v) and (k != "backend" or v != "auto")},
             "units": self.total,
         }
 
 
 def make_plan(spec: ExperimentSpec) -> Plan:
     """Load every task's cases and check every condition against them; raises AscpError before any work."""
-    from ascp.data import load_cases
+    from ascp.data import load_cases_with_order
+    from ascp.experiments.embedders import resolve_embedder
 
     cases: dict[str, tuple[Case, ...]] = {}
+    orders: dict[str, str] = {}
+    embed_fn = resolve_embedder(spec.settings.embedder)  # dense re-ranking uses the spec's embedder
     for i, task in enumerate(spec.tasks):
         try:
-            loaded = tuple(load_cases(task.data, format=task.format, rank_by=task.rank_by, limit=task.limit,
-                                      depth=task.depth, min_pool=task.min_pool))
+            ordered, orders[task.name] = load_cases_with_order(
+                task.data, format=task.format, rank_by=task.rank_by, limit=task.limit, depth=task.depth,
+                min_pool=task.min_pool, embed_fn=embed_fn)
+            loaded = tuple(ordered)
         except AscpError as exc:
             raise AscpError(f"spec field tasks[{i}].data: {exc}") from None
         if not loaded:
@@ -121,9 +129,13 @@ def make_plan(spec: ExperimentSpec) -> Plan:
                 raise AscpError(f"task {task.name}: case {small.id!r} has a pool of {len(small.pool)} passages, "
                                 f"fewer than k={condition.k} of condition {condition.name}; lower k or drop the case.")
         cases[task.name] = loaded
+    from ascp.nli import require_matcher
+
+    for name, loaded in cases.items():  # claim units (ELI5) need a matcher: fail before any model loads
+        require_matcher(loaded, spec.settings.nli_model is not None, prefix=f"spec field nli_model: task {name}: ")
     for condition in spec.conditions:
         check_condition(condition, spec.settings)
-    return Plan(spec, cases)
+    return Plan(spec, cases, orders)
 
 
 def check_condition(condition: Condition, settings: Settings) -> None:

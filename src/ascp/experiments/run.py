@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +24,10 @@ class RunResult:
     pending_rounds: int  # rounds this run had to execute
 
 
-def prepare(spec: ExperimentSpec | str | Path, executor: str = "local", workers: int = 1) -> Plan:
-    """Validate everything (spec, data, conditions, executor) before any model work."""
+def prepare(spec: ExperimentSpec | str | Path, executor: str = "local", workers: int = 1,
+            embedder: str | None = None) -> Plan:
+    """Validate everything (spec, data, conditions, executor) before any model work; `embedder`
+    (`--embedder`) replaces the spec's embedder."""
     if executor not in EXECUTORS:
         raise AscpError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}.")
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -34,7 +36,14 @@ def prepare(spec: ExperimentSpec | str | Path, executor: str = "local", workers:
         raise AscpError("--workers applies to --executor ray; the local executor runs in one process, batched.")
     if executor == "ray":
         import_ray()
+    if embedder is not None:
+        from ascp.embed import EMBEDDER_NAMES, check_embedder
+
+        checked = check_embedder(embedder, "--embedder")
+        embedder = embedder if embedder in EMBEDDER_NAMES else checked  # folders: absolute
     spec = spec if isinstance(spec, ExperimentSpec) else load_spec(spec)
+    if embedder is not None:
+        spec = replace(spec, settings=replace(spec.settings, embedder=embedder))
     return make_plan(spec)
 
 

@@ -17,7 +17,7 @@ from ascp.errors import AscpError
 from ascp.experiments.condition import ARMS, FIELDS, Condition
 
 TOP_KEYS = ("name", "description", "tasks", "models", "seeds", "grid", "conditions", "sampling", "embedder",
-            "batch_cases", "batch_size", "threshold", "device", "backend", "template", "system")
+            "batch_cases", "batch_size", "threshold", "device", "backend", "template", "system", "nli_model")
 TASK_KEYS = ("name", "data", "format", "limit", "rank_by", "depth", "min_pool")
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_new_tokens")
 GRID_KEYS = ("policy", *FIELDS)
@@ -58,6 +58,7 @@ class Settings:
     backend: str = "auto"  # auto | hf | llamacpp (ascp.lm.resolve.choose_backend)
     template: str | None = None  # the user's own prompt ({passages} then {question}); None: the instruction
     system: str = ""  # a system message
+    nli_model: str | None = None  # claim units (ELI5): an NLI model folder (absolute) or "lexical" (ascp.nli)
 
     def sampling(self):
         from ascp.lm.sampling import SamplingConfig
@@ -266,12 +267,13 @@ def _settings(raw: dict[str, Any], base: Path) -> Settings:
         values["max_new_tokens"] = _int("sampling.max_new_tokens", sampling["max_new_tokens"], 1)
     embedder = raw.get("embedder", "default")
     if not isinstance(embedder, str) or not embedder:
-        raise _fail("embedder", f"expected default, hashing or a sentence-transformers folder, got {embedder!r}.")
-    if embedder not in ("default", "hashing"):
+        raise _fail("embedder", f"expected default, hashing, minilm, mpnet or a sentence-transformers folder, "
+                                f"got {embedder!r}.")
+    if embedder not in ("default", "hashing", "minilm", "mpnet"):
         path = Path(embedder).expanduser()
         found = [c for c in ([path] if path.is_absolute() else [base / path, Path.cwd() / path]) if c.is_dir()]
         embedder = str(found[0].resolve()) if found else embedder
-    check_embedder(embedder)
+    check_embedder(embedder, "spec field embedder")  # names stay as written (stores made before resume)
     values["embedder"] = embedder
     for key in ("batch_cases", "batch_size"):
         if key in raw:
@@ -301,7 +303,22 @@ def _settings(raw: dict[str, Any], base: Path) -> Settings:
         except AscpError as exc:
             raise _fail("template", str(exc)) from None
         values["template"], values["system"] = template, system
+    if raw.get("nli_model") is not None:
+        values["nli_model"] = _nli_model(raw["nli_model"], base)
     return Settings(**values)
+
+
+def _nli_model(value: Any, base: Path) -> str:
+    """`nli_model`: `lexical` or an NLI model folder (relative to the spec's folder, then the current one)."""
+    from ascp.nli import LEXICAL, check_nli_model
+
+    if not isinstance(value, str) or not value.strip():
+        raise _fail("nli_model", f"expected a local NLI model folder or {LEXICAL}, got {value!r}.")
+    if value != LEXICAL:
+        path = Path(value).expanduser()
+        found = [c for c in ([path] if path.is_absolute() else [base / path, Path.cwd() / path]) if c.is_dir()]
+        value = str(found[0]) if found else value
+    return check_nli_model(value, where="spec field nli_model:")
 
 
 def check_template_conditions(settings: Settings, conditions) -> None:

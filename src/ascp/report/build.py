@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ascp.errors import AscpError
-from ascp.jsonio import check_replaceable, staged_folder
+from ascp.jsonio import check_replaceable, json_safe, staged_folder
 from ascp.report import figures as figs
+from ascp.report import replication as rep
 from ascp.report import tables as tabs
 from ascp.report.claims import Claim, claims_table
 from ascp.report.frame import unit_frame
@@ -38,6 +39,9 @@ def build_tables(frame, rng: np.random.Generator, n_boot: int, claims: tuple[Cla
     checked = claims_table(frame, claims, rng, n_boot) if claims else None
     if checked is not None:
         out.append(checked)
+    correlations = rep.correlation_table(frame)
+    if correlations is not None:
+        out.append(correlations)
     for make in (tabs.grid_table, tabs.decisive_table, tabs.hierarchical_width_table):
         table = make(frame, rng, n_boot)
         if table is not None:
@@ -47,33 +51,49 @@ def build_tables(frame, rng: np.random.Generator, n_boot: int, claims: tuple[Cla
         table = make(frame, rng, n_boot)
         if table is not None:
             out.append(table)
-    elasticity = tabs.elasticity_table(frame)
-    if elasticity is not None:
-        out.append(elasticity)
-    return out
+    extra = (rep.seed_table(frame), rep.instruction_table(frame, rng, n_boot), tabs.elasticity_table(frame))
+    return out + [t for t in extra if t is not None]
 
 
-def _json_safe(obj):
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {str(k): _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    if isinstance(obj, np.generic):
-        return _json_safe(obj.item())
-    return obj
+def shown_path(path: str | Path) -> str:
+    """`path` relative to the working directory (e.g. docs/results/x, ../shared/data/y), so a committed
+    report does not name the folders of the machine it was written on."""
+    return os.path.relpath(Path(path).resolve(), Path.cwd())
+
+
+def fill_ceilings(records: list[dict], plan: dict) -> int:
+    """Add the evidence ceiling to records written before it was recorded, from each task's data
+    file when it is readable (the ceiling needs the gold units and passage texts). Returns how
+    many records still lack it."""
+    from ascp.data import load_cases
+    from ascp.metrics import evidence_ceiling
+
+    missing = [r for r in records if "ceiling" not in r]
+    for task in plan["tasks"] if missing else []:
+        todo = [r for r in missing if r["task"] == task["name"] and "ceiling" not in r]
+        if not todo or not Path(task["data"]).is_file():
+            continue
+        cases = {c.id: c for c in load_cases(task["data"], format=task.get("format", "auto"), rank_by="given")}
+        for rec in todo:
+            case = cases.get(rec["case_id"])
+            if case is None or not case.units or not all(u.aliases for u in case.units):
+                continue
+            offered = dict.fromkeys(pid for r in rec.get("rounds", []) for pid in r["context"])
+            rec["ceiling"] = evidence_ceiling(case.units, [case.passage(pid) for pid in offered])
+    return sum("ceiling" not in r for r in records)
 
 
 def write_report(run_dir: str | Path, out: str | Path | None = None, n_boot: int = 10_000, seed: int = 0,
-                 title: str | None = None, claims: tuple[Claim, ...] = (), notes: tuple[str, ...] = ()) -> Report:
+                 title: str | None = None, claims: tuple[Claim, ...] = (), notes: tuple[str, ...] = (),
+                 used_threshold: str | float | None = None) -> Report:
     """Write the report of the run store `run_dir` into `out` (default `run_dir/report`).
 
     Bootstrap intervals use `n_boot` replicates drawn from `numpy.random.default_rng(seed)`, so the
-    same store always gives the same report. `claims` adds a table of the paper's signs checked on
-    this run (`ascp.report.claims`); `notes` are extra lines for the page's introduction. A partial
-    store (a run still going, or killed) is reported as it stands, and the page says how many units
-    it holds.
+    same store always gives the same report. `used_threshold` (a number, an `ascp calibrate` folder
+    or None for the calibrated default) is the width-invariant threshold of the tables' ECR.
+    `claims` adds a table of the paper's signs checked on this run (`ascp.report.claims`); `notes`
+    are extra lines for the page's introduction. A partial store (a run still going, or killed) is
+    reported as it stands, and the page says how many units it holds.
     """
     from ascp.experiments.store import read_plan, read_units
 
@@ -90,7 +110,11 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, n_boot: int
     check_replaceable(out, "index.html", "report")
     if not out.parent.is_dir():
         raise AscpError(f"the parent folder of {out} does not exist; create it first.")
-    frame = unit_frame(records)
+    from ascp.calibration import resolve_used_threshold
+
+    tau, tau_source = resolve_used_threshold(used_threshold)
+    lacking = fill_ceilings(records, plan)
+    frame = unit_frame(records, tau)
     rng = np.random.default_rng(seed)
     tables = build_tables(frame, rng, n_boot, claims)
     with staged_folder(out, whole=True) as tmp:
@@ -100,7 +124,7 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, n_boot: int
             (tmp / "tables" / f"{t.key}.md").write_text(to_markdown(t), encoding="utf-8")
             (tmp / "tables" / f"{t.key}.tex").write_text(to_latex(t), encoding="utf-8")
         (tmp / "tables" / "tables.json").write_text(json.dumps(
-            _json_safe({t.key: {"title": t.title, "caption": t.caption, "data": t.data} for t in tables}),
+            json_safe({t.key: {"title": t.title, "caption": t.caption, "data": t.data} for t in tables}),
             indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         figures = []
         elasticity = next((t for t in tables if t.key == "fig4_elasticity"), None)
@@ -111,10 +135,16 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, n_boot: int
             if caption is not None:
                 figures.append((f"figures/{name}", caption))
         name = title or f"ascp report: {plan['name']}"
-        intro = [f"Run store: {run_dir.resolve()}; {len(records)} of {plan['units']} units finished"
+        intro = [f"Run store: {shown_path(run_dir)}; {len(records)} of {plan['units']} units finished"
                  + ("" if len(records) == plan["units"] else " (partial: the run is not complete)") + ".",
-                 "Tasks: " + ", ".join(f"{t['name']} ({len(t['cases'])} queries, {t['data']})" for t in plan["tasks"])
+                 "Tasks: " + ", ".join(f"{t['name']} ({len(t['cases'])} queries, {shown_path(t['data'])})"
+                                       for t in plan["tasks"])
                  + f"; models: {', '.join(m['name'] for m in plan['models'])}; seeds: {plan['seeds']}.",
+                 f"ECR in the tables: used over offered at the width-invariant threshold {tau:.4g} on raw probe "
+                 f"scores, nats per response token ({tau_source}); ECR@T (Eq. 2) is the relative-to-maximum "
+                 "rule, theta = 0.1."
+                 + (f" {lacking} units have no evidence ceiling (written before it was recorded, and their data "
+                    "file is not readable here)." if lacking else ""),
                  f"Bootstrap: {n_boot} replicates, numpy default_rng({seed}). Generated "
                  f"{_dt.datetime.now(_dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}.", *notes]
         (tmp / "index.html").write_text(to_html_page(name, intro, tables, figures), encoding="utf-8")

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from ascp.calibration import USED_THRESHOLD
+from ascp.metrics import thresholded_coverage, thresholded_used
 from ascp.stats import Estimate, crossed_bootstrap, paired_bootstrap, seed_means, seed_t_interval
 from ascp.types import Round
 
@@ -22,15 +24,20 @@ PAIR_KEYS = ("task", "model", "seed", "query")
 CONDITION_FIELDS = ("condition", "policy", "scheduler", "k", "T", "arm", "estimator", "instruction", "steer", "eta")
 
 
-def unit_frame(records: Sequence[dict[str, Any]]):
+def unit_frame(records: Sequence[dict[str, Any]], used_threshold: float | None = None):
     """One row per unit: key, condition fields, every per-case metric and the derived cost columns.
+
+    `ecr_thresholded` and `used_thresholded` (the tables' ECR and used count) are recomputed from
+    the stored rounds at `used_threshold` (None: `ascp.calibration.USED_THRESHOLD`), so a report
+    states one threshold for every unit, including units of stores written before the metric.
 
     Derived columns (from the rounds): `query` (the case id), `tokens` (prompt plus response tokens
     summed over rounds: the cost axis of Fig. 6; NaN for records written before prompt tokens were
     recorded), `latency` (seconds of generation summed over rounds, probe excluded: sequential
     latency; NaN likewise), `words` (whitespace words over all responses of the portfolio) and
     `used_fraction` (mean over rounds of |used_t| / |context_t|: the utilisation statistic q whose
-    width elasticity Fig. 4 plots).
+    width elasticity Fig. 4 plots, under the run's live threshold, tau(k) by default) and
+    `used_fraction_invariant` (the same at the width-invariant `used_threshold`: Sec. 4.4's criterion).
     """
     import pandas as pd
 
@@ -39,14 +46,20 @@ def unit_frame(records: Sequence[dict[str, Any]]):
         rounds = [Round.from_json(r) for r in rec.get("rounds", [])]
         row = {k: v for k, v in rec.items() if k not in ("rounds", "pool")}
         row["query"] = rec["case_id"]
+        if rounds:
+            row["ecr_thresholded"] = thresholded_coverage(rounds, used_threshold)
+            row["used_thresholded"] = float(len(thresholded_used(rounds, used_threshold)))
         has_cost = bool(rounds) and all(r.prompt_tokens > 0 for r in rounds)
         row["tokens"] = float(sum(r.prompt_tokens + r.response_tokens for r in rounds)) if has_cost else math.nan
         row["latency"] = float(sum(r.generation_seconds for r in rounds)) if has_cost else math.nan
         row["words"] = float(sum(len(r.response.split()) for r in rounds))
         fractions = [len(r.used) / len(r.context) for r in rounds if r.context]
         row["used_fraction"] = float(np.mean(fractions)) if fractions else math.nan
+        invariant = [len(thresholded_used([r], used_threshold)) / len(r.context) for r in rounds if r.context]
+        row["used_fraction_invariant"] = float(np.mean(invariant)) if invariant else math.nan
         rows.append(row)
     frame = pd.DataFrame(rows)
+    frame.attrs["used_threshold"] = USED_THRESHOLD if used_threshold is None else float(used_threshold)
     if not frame.empty:
         frame["steer"] = frame["steer"].astype(float)
         frame["eta"] = frame["eta"].astype(float)
@@ -64,6 +77,24 @@ def paired(frame, a: str, b: str, metric: str):
     left = frame.loc[frame["condition"] == a, [*PAIR_KEYS, metric]].rename(columns={metric: "a"})
     right = frame.loc[frame["condition"] == b, [*PAIR_KEYS, metric]].rename(columns={metric: "b"})
     out = left.merge(right, on=list(PAIR_KEYS), how="inner").dropna(subset=["a", "b"])
+    out["diff"] = out["a"] - out["b"]
+    return out
+
+
+def paired_sum(frame, plus: Sequence[str], minus: Sequence[str], metric: str):
+    """Like `paired`, for a contrast of several conditions: a = the sum of `metric` over `plus`,
+    b = the sum over `minus`, diff = a - b, on the units every one of them has (e.g. the
+    interaction (full + off) - (apc + contrast))."""
+    merged = None
+    for i, name in enumerate([*plus, *minus]):
+        part = frame.loc[frame["condition"] == name, [*PAIR_KEYS, metric]].rename(columns={metric: f"m{i}"})
+        merged = part if merged is None else merged.merge(part, on=list(PAIR_KEYS), how="inner")
+    assert merged is not None
+    cols = [f"m{i}" for i in range(len(plus) + len(minus))]
+    merged = merged.dropna(subset=cols)
+    out = merged[list(PAIR_KEYS)].copy()
+    out["a"] = merged[cols[: len(plus)]].sum(axis=1)
+    out["b"] = merged[cols[len(plus):]].sum(axis=1)
     out["diff"] = out["a"] - out["b"]
     return out
 
@@ -100,6 +131,8 @@ def seed_t_difference(pairs) -> Estimate | None:
 
 def task_weighted_mean(frame, condition: str, metric: str) -> float:
     """The equal-task-weight mean of `metric` under `condition` (queries, seeds, models averaged per task)."""
+    if metric not in frame.columns:  # a metric older stores did not record
+        return math.nan
     rows = frame.loc[frame["condition"] == condition, ["task", metric]].dropna()
     if rows.empty:
         return math.nan

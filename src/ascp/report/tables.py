@@ -26,6 +26,7 @@ from ascp.report.frame import (
     conditions,
     estimate_difference,
     paired,
+    paired_sum,
     seed_t_difference,
     task_weighted_mean,
 )
@@ -105,10 +106,18 @@ def _blocks(frame) -> list[tuple[str, Any]]:
 
 # ----- tables -------------------------------------------------------------------------------------
 
-SUMMARY_METRICS = (("pr", "PR@T"), ("best_single", "best single"), ("ecr", "ECR@T"), ("offered", "offered"),
-                   ("used", "used"), ("groundedness", "grounded"), ("distinct_2", "distinct-2"),
+SUMMARY_METRICS = (("pr", "PR@T"), ("best_single", "best single"), ("ceiling", "evidence ceiling"),
+                   ("ecr_thresholded", "ECR"), ("used_thresholded", "used"), ("offered", "offered"),
+                   ("ecr", "ECR@T (Eq. 2)"), ("groundedness", "grounded"), ("distinct_2", "distinct-2"),
                    ("self_bleu", "self-BLEU"), ("concentration", "concentration"), ("tokens", "tokens/query"),
                    ("latency", "gen. s/query"))
+
+
+def ecr_note(frame) -> str:
+    """The caption sentence that says which ECR a table reports, with the threshold of this report."""
+    tau = frame.attrs.get("used_threshold", math.nan)
+    return (f"ECR (the paper's tables): used over offered, a passage used when its raw probe score reaches the "
+            f"width-invariant threshold {tau:.4g} (nats per response token for loo) in some round.")
 
 
 def summary_table(frame) -> Table:
@@ -117,12 +126,15 @@ def summary_table(frame) -> Table:
     for name in conditions(frame).index:
         n = int((frame["condition"] == name).sum())
         means = {m: task_weighted_mean(frame, name, m) for m, _ in SUMMARY_METRICS}
-        digits = {"tokens": 0, "latency": 2, "offered": 2, "used": 2}
+        digits = {"tokens": 0, "latency": 2, "offered": 2, "used_thresholded": 2}
         rows.append([name, str(n), *(num(means[m], digits.get(m, 3)) for m, _ in SUMMARY_METRICS)])
         data.append({"condition": name, "units": n, **means})
     return Table("summary", "Mean metrics per condition",
-                 "Equal-task-weight means over queries, seeds and models. tokens/query: prompt plus response "
-                 "tokens over the T rounds; gen. s/query: generation wall time over the T rounds (probe excluded).",
+                 "Equal-task-weight means over queries, seeds and models. Evidence ceiling: share of gold units "
+                 "attested by some offered passage (PR@T above it = answers the passages do not contain). "
+                 f"{ecr_note(frame)} ECR@T (Eq. 2): a passage counts when its score reaches 0.1 x its round's maximum. "
+                 "tokens/query: prompt plus response tokens over the T rounds; gen. s/query: generation wall time "
+                 "over the T rounds (probe excluded).",
                  header, rows, data)
 
 
@@ -279,12 +291,12 @@ def comparison_tables(frame, rng: np.random.Generator, n_boot: int) -> list[Tabl
         if not baselines:
             continue
         ests = {m: [estimate_difference(paired(frame, ref, b, m), rng, n_boot) for b, _ in baselines]
-                for m in ("pr", "ecr", "groundedness")}
+                for m in ("pr", "ecr_thresholded", "groundedness")}
         q = _q_values([e.p if e else math.nan for e in ests["pr"]])
         ref_pr = task_weighted_mean(frame, ref, "pr")
         rows, data = [], []
         for i, (base, label) in enumerate(baselines):
-            pr, ecr, gr = ests["pr"][i], ests["ecr"][i], ests["groundedness"][i]
+            pr, ecr, gr = ests["pr"][i], ests["ecr_thresholded"][i], ests["groundedness"][i]
             base_pr = task_weighted_mean(frame, base, "pr")
             rows.append([label, num(base_pr), num(ref_pr), signed(pr.mean if pr else math.nan) + marker(q[i]),
                          interval(pr), pvalue(q[i]), signed(ecr.mean if ecr else math.nan),
@@ -299,16 +311,18 @@ def comparison_tables(frame, rng: np.random.Generator, n_boot: int) -> list[Tabl
             f"Table {number}: Ascp vs baselines at k={rrow['k']}, T={rrow['T']} ({what})",
             f"Reference: {ref}. Differences Ascp minus baseline, paired within task, model, seed and query; "
             "bootstrap by query (crossed seeds x queries, equal task weights, when the run has several). "
-            "BH q over the PR@T contrasts of this table; markers use q. ECR: fixed-response probe.",
+            f"BH q over the PR@T contrasts of this table; markers use q. {ecr_note(frame)}",
             ["baseline", "baseline PR", "Ascp PR", "ΔPR", "95% CI", "BH q", "ΔECR", "Δground", "n"], rows, data))
     return tables
 
 
-DECODER_CONTRASTS = (
-    ("full decoder - off", "full", "off"),
-    ("contrast, APC held on", "full", "apc"),
-    ("APC only", "apc", "off"),
-    ("contrast, APC held off", "contrast", "off"),
+DECODER_CONTRASTS = (  # (label, roles summed on the a side, roles summed on the b side)
+    ("full decoder - off", ("full",), ("off",)),
+    ("contrast, APC held on", ("full",), ("apc",)),
+    ("APC only", ("apc",), ("off",)),
+    ("contrast, APC held off", ("contrast",), ("off",)),
+    ("APC, contrast held on", ("full",), ("contrast",)),
+    ("contrast x APC interaction", ("full", "off"), ("apc", "contrast")),
 )
 
 
@@ -335,15 +349,16 @@ def decoder_table(frame, rng: np.random.Generator, n_boot: int) -> Table | None:
             groups.setdefault(key, {}).setdefault(role, name)
     entries = []
     for key, roles in sorted(groups.items()):
-        for label, a, b in DECODER_CONTRASTS:
-            if a in roles and b in roles:
+        for label, plus, minus in DECODER_CONTRASTS:
+            if all(r in roles for r in (*plus, *minus)):
                 ests = {}
-                for m in ("pr", "ecr", "groundedness", "words"):
-                    pairs = paired(frame, roles[a], roles[b], m)
+                for m in ("pr", "ecr_thresholded", "groundedness", "words"):
+                    pairs = paired_sum(frame, [roles[r] for r in plus], [roles[r] for r in minus], m)
                     ests[m] = seed_t_difference(pairs) if m == "pr" else None
                     if ests[m] is None:
                         ests[m] = estimate_difference(pairs, rng, n_boot)
-                entries.append((key, label, roles[a], roles[b], ests))
+                entries.append((key, label, " + ".join(roles[r] for r in plus), " + ".join(roles[r] for r in minus),
+                                ests))
     if not entries:
         return None
     q = _q_values([e[4]["pr"].p if e[4]["pr"] else math.nan for e in entries])
@@ -352,22 +367,25 @@ def decoder_table(frame, rng: np.random.Generator, n_boot: int) -> Table | None:
         pr = ests["pr"]
         rows.append([f"{key[0]} k={key[1]} T={key[2]}", label, signed(pr.mean if pr else math.nan, 4) + marker(qv),
                      interval(pr, 4), pvalue(pr.p if pr else math.nan), pvalue(qv),
-                     *(signed(mean_or_nan(ests[m]), 4) for m in ("ecr", "groundedness")),
+                     *(signed(mean_or_nan(ests[m]), 4) for m in ("ecr_thresholded", "groundedness")),
                      signed(mean_or_nan(ests["words"]), 1),
                      pr.method if pr else "-"])
         data.append({"group": list(key), "contrast": label, "a": a, "b": b, "q": qv,
                      **{k: v for m, e in ests.items() for k, v in _est_dict(f"delta_{m}", e).items()}})
     return Table("table12_decoder", "Table 12: steered decoder decomposition",
                  "Differences a - b of the same scheduler with decoding switches changed: off = ordinary sampling; "
-                 "full = contrast (alpha) and APC (eta); APC only = alpha 0; contrast only = eta 0. ΔPR interval and "
+                 "full = contrast (alpha) and APC (eta); APC only = alpha 0; contrast only = eta 0; the interaction is "
+                 "(full + off) - (APC only + contrast only), the contrast's effect with APC on minus without. "
+                 "ΔPR interval and "
                  "p: two-sided t over seed means when the run has at least two seeds (the paper: five, df = 4), "
                  "else the query bootstrap (column 'method'). BH q over the ΔPR rows; markers use q.",
                  ["group", "contrast", "ΔPR@T", "95% CI", "p", "BH q", "ΔECR", "Δground", "Δwords", "method"],
                  rows, data)
 
 
-ABLATIONS = (
-    ("- attribution feedback", "ascp-nofeedback"),
+ABLATIONS = (  # (row label, scheduler); why "- attribution feedback" is ascp-uniform: docs/schedulers.md
+    ("- attribution feedback", "ascp-uniform"),
+    ("- feedback, static control (u = n = 0)", "ascp-nofeedback"),
     ("- submodular selection", "ascp-modular"),
     ("+ guardrail (κ=1)", "ascp-pin1"),
     ("+ guardrail (κ=2)", "ascp-pin2"),
@@ -406,7 +424,7 @@ def ablation_table(frame, rng: np.random.Generator, n_boot: int) -> Table | None
         per_task = {}
         for t in tasks:
             sub = frame[frame["task"] == t]
-            vals = [task_weighted_mean(sub, name, m) for m in ("pr", "ecr")]
+            vals = [task_weighted_mean(sub, name, m) for m in ("pr", "ecr_thresholded")]
             per_task[t] = vals
             cells += [num(v) for v in vals]
         est = None if name == full else estimate_difference(paired(frame, name, full, "pr"), rng, n_boot)
@@ -414,7 +432,10 @@ def ablation_table(frame, rng: np.random.Generator, n_boot: int) -> Table | None
         data.append({"variant": label, "condition": name, "per_task": per_task, **_est_dict("delta_pr", est)})
     return Table("table15_ablations", "Table 15: component ablations and probe substitutions",
                  f"Full: {full}. Each row changes one component at the same k, T and instruction; ΔPR is the "
-                 "variant minus the full scheduler, paired by query. *: p < 0.05, †: p < 0.01.",
+                 "variant minus the full scheduler, paired by query. '- attribution feedback' is the paper's "
+                 "open-loop variant that keeps moving across rounds by reading uniform use (ascp-uniform, the same "
+                 "condition as 'probe → uniform'); the static u = n = 0 objective is the separate control row. "
+                 f"{ecr_note(frame)} *: p < 0.05, †: p < 0.01.",
                  header, rows, data)
 
 
@@ -433,24 +454,34 @@ def elasticity_groups(frame) -> list[tuple[str, Any]]:
 
 
 def elasticity_table(frame) -> Table | None:
-    """Fig. 4's numbers: the OLS slope of log used-fraction on log k, cluster-robust by query."""
+    """Fig. 4's numbers: the OLS slope of log used-fraction on log k, cluster-robust by query, under the
+    width-invariant threshold (Sec. 4.4's criterion) and under the run's own tau(k)."""
     from ascp.stats import width_elasticity
 
+    tau = frame.attrs.get("used_threshold", math.nan)
+    criteria = (("used_fraction_invariant", f"width-invariant tau* = {tau:.4g}"),
+                ("used_fraction", "run's tau(k) (shrinks with k)"))
     rows, data = [], []
     for label, sub in elasticity_groups(frame):
-        rows_used = sub[["query", "k", "used_fraction"]].dropna()
-        try:
-            est = width_elasticity(rows_used, cluster="query")
-        except ValueError:
-            continue
-        rows.append([label, ", ".join(str(k) for k in sorted(sub["k"].unique())), f"{est.mean:.3f} ({est.se:.3f})",
-                     interval(est), pvalue(est.p), str(est.n)])
-        data.append({"group": label, "ks": sorted(int(k) for k in sub["k"].unique()), **_est_dict("elasticity", est)})
+        for column, criterion in criteria:
+            if column not in sub.columns:
+                continue
+            rows_used = sub[["query", "k", column]].rename(columns={column: "used_fraction"}).dropna()
+            try:
+                est = width_elasticity(rows_used, cluster="query")
+            except ValueError:
+                continue
+            rows.append([label, criterion, ", ".join(str(k) for k in sorted(sub["k"].unique())),
+                         f"{est.mean:.3f} ({est.se:.3f})", interval(est), pvalue(est.p), str(est.n)])
+            data.append({"group": label, "criterion": column, "ks": sorted(int(k) for k in sub["k"].unique()),
+                         **_est_dict("elasticity", est)})
     if not rows:
         return None
     return Table("fig4_elasticity", "Width elasticity of the used fraction (Fig. 4)",
-                 "Slope of log(used fraction) on log(k), one observation per query and width, cluster-robust by "
-                 "query (t with G - 1 df). Used = normalised probe score over the run's threshold (default tau(k), "
-                 "which shrinks with width: a free-threshold criterion in the paper's terms). Queries with no "
-                 "used passage are dropped (n counts the rows fitted).",
-                 ["group", "widths k", "elasticity (se)", "95% CI", "p", "n"], rows, data)
+                 "Slope of log(used fraction q) on log(k), one observation per query and width, cluster-robust by "
+                 "query (t with G - 1 df). The paper's -0.68 is q under a width-invariant threshold (Sec. 4.4): "
+                 "the first criterion. The run's own tau(k) shrinks with width, a free-threshold criterion in the "
+                 "paper's terms (a different quantity). These rows are free generation on natural pools; the "
+                 "protocol-clean estimate needs fixed targets (`ascp calibrate`). Queries with no used passage "
+                 "are dropped (n counts the rows fitted).",
+                 ["group", "criterion", "widths k", "elasticity (se)", "95% CI", "p", "n"], rows, data)

@@ -82,6 +82,7 @@ class ValidationConfig:
     max_minutes: float | None = None
     max_words: int | None = DEFAULT_MAX_WORDS
     batch_size: int = 8
+    embedder: str = "default"  # of the qd-cosine / yd-cosine proxies (`--embedder`)
 
     def check(self) -> None:
         """Raise a one-sentence `AscpError` for any bad setting (before anything is loaded)."""
@@ -114,6 +115,7 @@ class ValidationConfig:
             "contextcite_ablations": self.contextcite_ablations, "sampling": self.sampling.__dict__,
             "instruction": self.instruction, "template": self.template, "system": self.system,
             "max_minutes": self.max_minutes, "max_words": self.max_words,
+            **({"embedder": self.embedder} if any(e.endswith("-cosine") for e in self.estimators) else {}),
         }
 
 
@@ -164,7 +166,8 @@ class _Runner:
     def __init__(self, lm, builder: PoolBuilder, config: ValidationConfig, run: ValidationRun) -> None:
         self.lm, self.builder, self.config, self.run = lm, builder, config, run
         self.template = config.prompt()
-        self.shared = {n: make_estimator(n) for n in config.estimators if n != "contextcite"}
+        self.shared = {n: make_estimator(n, **({"embedder": config.embedder} if n.endswith("-cosine") else {}))
+                       for n in config.estimators if n != "contextcite"}
 
     def estimator(self, name: str, rid: str):
         if name != "contextcite":
