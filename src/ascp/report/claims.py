@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ascp.report.frame import estimate_difference, paired, task_weighted_mean
-from ascp.report.tables import Table, interval, num, signed
+from ascp.report.tables import Table, ecr_note, interval, num, signed
 from ascp.stats import Estimate
 
 
@@ -67,5 +67,6 @@ def claims_table(frame, claims: tuple[Claim, ...], rng: np.random.Generator, n_b
                  "Each row is a paired contrast a - b (within task, model, seed and query; bootstrap by query). "
                  "Verdict: reproduced = 95% interval excludes 0 on the paper's side; same sign, not significant = "
                  "point estimate on the paper's side, interval covers 0; opposite sign; for a claim of no "
-                 "difference, consistent = interval covers 0.",
+                 "difference, consistent = interval covers 0."
+                 + (f" {ecr_note(frame)}" if any(c.metric == "ecr_thresholded" for c in claims) else ""),
                  ["paper claim", "contrast", "paper", "a", "b", "Δ (this run)", "95% CI", "verdict"], rows, data)

@@ -21,6 +21,10 @@ from ascp.stats import Estimate, crossed_bootstrap, paired_bootstrap, seed_means
 from ascp.types import Round
 
 PAIR_KEYS = ("task", "model", "seed", "query")
+# Estimators whose raw scores are log-likelihood drops in nats per response token, the scale the
+# width-invariant threshold is calibrated on; the tables' ECR of other probes (relevance proxies,
+# ContextCite's surrogate weights) is not defined and stays NaN.
+NATS_PER_TOKEN = frozenset({"loo", "replace", "hierarchical"})
 CONDITION_FIELDS = ("condition", "policy", "scheduler", "k", "T", "arm", "estimator", "instruction", "steer", "eta")
 
 
@@ -29,7 +33,8 @@ def unit_frame(records: Sequence[dict[str, Any]], used_threshold: float | None =
 
     `ecr_thresholded` and `used_thresholded` (the tables' ECR and used count) are recomputed from
     the stored rounds at `used_threshold` (None: `ascp.calibration.USED_THRESHOLD`), so a report
-    states one threshold for every unit, including units of stores written before the metric.
+    states one threshold for every unit, including units of stores written before the metric. They
+    are NaN for units probed by an estimator outside `NATS_PER_TOKEN` (the threshold's scale).
 
     Derived columns (from the rounds): `query` (the case id), `tokens` (prompt plus response tokens
     summed over rounds: the cost axis of Fig. 6; NaN for records written before prompt tokens were
@@ -46,16 +51,18 @@ def unit_frame(records: Sequence[dict[str, Any]], used_threshold: float | None =
         rounds = [Round.from_json(r) for r in rec.get("rounds", [])]
         row = {k: v for k, v in rec.items() if k not in ("rounds", "pool")}
         row["query"] = rec["case_id"]
+        on_scale = rec.get("estimator") in NATS_PER_TOKEN
         if rounds:
-            row["ecr_thresholded"] = thresholded_coverage(rounds, used_threshold)
-            row["used_thresholded"] = float(len(thresholded_used(rounds, used_threshold)))
+            row["ecr_thresholded"] = thresholded_coverage(rounds, used_threshold) if on_scale else math.nan
+            row["used_thresholded"] = float(len(thresholded_used(rounds, used_threshold))) if on_scale else math.nan
         has_cost = bool(rounds) and all(r.prompt_tokens > 0 for r in rounds)
         row["tokens"] = float(sum(r.prompt_tokens + r.response_tokens for r in rounds)) if has_cost else math.nan
         row["latency"] = float(sum(r.generation_seconds for r in rounds)) if has_cost else math.nan
         row["words"] = float(sum(len(r.response.split()) for r in rounds))
         fractions = [len(r.used) / len(r.context) for r in rounds if r.context]
         row["used_fraction"] = float(np.mean(fractions)) if fractions else math.nan
-        invariant = [len(thresholded_used([r], used_threshold)) / len(r.context) for r in rounds if r.context]
+        invariant = [len(thresholded_used([r], used_threshold)) / len(r.context)
+                     for r in rounds if r.context and on_scale]
         row["used_fraction_invariant"] = float(np.mean(invariant)) if invariant else math.nan
         rows.append(row)
     frame = pd.DataFrame(rows)
