@@ -11,6 +11,7 @@ options.
 from ascp.cli import probe  # noqa: I001, F401
 from ascp.cli import runs  # noqa: F401
 from ascp.cli import experiments  # noqa: F401
+from ascp.cli import judge  # noqa: F401
 from ascp.cli.common import app, main
 
 __all__ = ["app", "main"]
