@@ -33,6 +33,30 @@ INSTRUCTIONS: dict[str, str] = {
     ),
 }
 
+# The structured-output control of the enumerated single-response baseline (Appendix D.2, Table 17):
+# one generation that lists distinct supported interpretations with grounding and stops rather than
+# pads. It is appended to a base instruction, giving `commit+structured` and `integrate+structured`,
+# because the paper runs it under both instructions (Table 17's rows).
+STRUCTURED_SUFFIX = "+structured"
+STRUCTURED = (
+    "Write your answer as a list with one line per distinct interpretation of the question that the "
+    "passages support: the interpretation, its answer, and the id of the passage it rests on in "
+    "brackets, e.g. \"- <interpretation>: <answer> [<passage id>]\". Stop when no further supported "
+    "interpretation is left; do not pad the list with repeated or unsupported lines."
+)
+INSTRUCTIONS.update({base + STRUCTURED_SUFFIX: f"{INSTRUCTIONS[base]} {STRUCTURED}"
+                     for base in ("commit", "integrate")})
+
+
+def is_structured(instruction: str) -> bool:
+    """Whether a named instruction carries the structured-output control (`commit+structured`, ...)."""
+    return instruction.endswith(STRUCTURED_SUFFIX)
+
+
+def base_instruction(instruction: str) -> str:
+    """The instruction without the structured-output control: `integrate+structured` -> `integrate`."""
+    return instruction.removesuffix(STRUCTURED_SUFFIX)
+
 
 @dataclass(frozen=True)
 class PromptTemplate:
@@ -80,7 +104,8 @@ class PromptTemplate:
 
     @classmethod
     def named(cls, name: str) -> PromptTemplate:
-        """A template with one of the named instructions (`commit`, `integrate`)."""
+        """A template with one of the named instructions (`commit`, `integrate`, `commit+structured`,
+        `integrate+structured`)."""
         if name not in INSTRUCTIONS:
             raise AscpError(f"unknown instruction {name!r}; choose one of {', '.join(INSTRUCTIONS)}.")
         return cls(instruction=INSTRUCTIONS[name])

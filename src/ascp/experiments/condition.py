@@ -4,10 +4,11 @@
     ascp(k=5,T=5,estimator=loo,instruction=commit,steer=0.5,eta=0.1,kappa=1)
 
 The name is `<scheduler>(<fields>)`: the condition fields in the fixed order k, T, arm (only for
-the two factorial arms), estimator, instruction, steer and eta (only for steered decoding),
-followed by the scheduler's own options sorted by key. `Condition.parse` accepts short forms (defaults filled
-in, any order, the alias `fixed` for `vanilla`); `Condition.parse(c.name) == c` for every
-condition. Names contain no `/`, so they are usable as file names as well as DataFrame keys.
+the two factorial arms), estimator, instruction, budget (only when set), steer and eta (only for
+steered decoding), followed by the scheduler's own options sorted by key. `Condition.parse`
+accepts short forms (defaults filled in, any order, the alias `fixed` for `vanilla`);
+`Condition.parse(c.name) == c` for every condition. Names contain no `/`, so they are usable as
+file names as well as DataFrame keys.
 
 Arms (the k x T factorial's controls, Sec. 8.1-8.2): `arm=rotation` *is* the `rotate`
 scheduler (disjoint rank windows) and `arm=fixed` *is* the `vanilla` scheduler (the same top-k
@@ -18,6 +19,12 @@ other policies carry no arm.
 Steering (Eq. 5 + APC, `ascp.decoding.SteerConfig`): `steer` is the strength alpha, or None for
 ordinary decoding in every round (the default); `eta` is the plausibility cutoff, used only when
 steering (alpha=0 with eta>0 is APC only; eta=0 is the contrast only).
+
+Structured single response (Appendix D.2, Table 17): `budget` B gives one generation (T=1) the
+decode-token budget of a B-round portfolio, max_new_tokens = the spec's max_new_tokens x B, under a
+structured instruction (`commit+structured`, `integrate+structured`: list the distinct supported
+interpretations with grounding, stop rather than pad). Budget is None (one round's tokens) for every
+other condition and then absent from the name, so names of earlier conditions are unchanged.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from ascp.schedulers import parse_value
 
 ARMS: dict[str, str] = {"rotation": "rotate", "fixed": "vanilla"}  # arm -> scheduler
 ARM_OF: dict[str, str] = {v: k for k, v in ARMS.items()}  # scheduler -> arm
-FIELDS = ("k", "T", "arm", "estimator", "instruction", "steer", "eta")
+FIELDS = ("k", "T", "arm", "estimator", "instruction", "steer", "eta", "budget")
 STEER_ALPHA = 0.5  # the frozen setting (Appendix C); `steer: true` means this
 ETA = 0.1
 
@@ -68,7 +75,8 @@ def _check_int(field: str, value: Any) -> int:
 
 @dataclass(frozen=True)
 class Condition:
-    """One cell of an experiment: scheduler (with options), k, T, arm, estimator, instruction, steering."""
+    """One cell of an experiment: scheduler (with options), k, T, arm, estimator, instruction, steering,
+    and the decode budget of a structured single response."""
 
     policy: str  # registered scheduler name (aliases resolved), without options
     k: int
@@ -79,10 +87,11 @@ class Condition:
     steer: float | None = None  # steering strength alpha; None = ordinary decoding
     eta: float | None = None  # APC cutoff when steering (default 0.1); None when not steering
     options: tuple[tuple[str, Any], ...] = ()  # scheduler options, sorted by key
+    budget: int | None = None  # rounds' worth of max_new_tokens for one structured response; None = one round
 
     def __post_init__(self) -> None:
         from ascp.attribution import ESTIMATOR_NAMES
-        from ascp.prompts import INSTRUCTIONS
+        from ascp.prompts import INSTRUCTIONS, is_structured
         from ascp.schedulers import ALIASES, SCHEDULER_NAMES
 
         policy = ALIASES.get(self.policy, self.policy)
@@ -106,6 +115,15 @@ class Condition:
         if self.instruction not in INSTRUCTIONS:
             raise ConditionError("instruction", f"unknown instruction {self.instruction!r}; "
                                  f"choose one of {', '.join(INSTRUCTIONS)}.")
+        if self.budget is not None:
+            _check_int("budget", self.budget)
+            if self.T != 1:
+                raise ConditionError("budget", f"a budgeted structured response is one generation, got T={self.T}; "
+                                     "set T=1 or drop budget.")
+            if not is_structured(self.instruction):
+                # with commit/integrate it would be the same cell as the unbudgeted condition in every table
+                raise ConditionError("budget", f"applies to a structured instruction, got {self.instruction}; "
+                                     "use commit+structured or integrate+structured, or drop budget.")
         steer = self.steer
         if steer is False or (isinstance(steer, str) and steer.lower() in ("none", "off")):
             steer = None
@@ -143,6 +161,8 @@ class Condition:
         if self.arm is not None:
             parts.append(f"arm={self.arm}")
         parts += [f"estimator={self.estimator}", f"instruction={self.instruction}"]
+        if self.budget is not None:
+            parts.append(f"budget={self.budget}")
         if self.steer is not None:
             parts += [f"steer={format_value(self.steer)}", f"eta={format_value(self.eta)}"]
         parts += [f"{k}={format_value(v)}" for k, v in self.options]
@@ -152,10 +172,12 @@ class Condition:
         return self.name
 
     def fields(self) -> dict[str, Any]:
-        """The condition as flat record fields (for tidy rows)."""
-        return {"condition": self.name, "policy": self.policy, "scheduler": self.scheduler, "k": self.k,
-                "T": self.T, "arm": self.arm, "estimator": self.estimator, "instruction": self.instruction,
-                "steer": self.steer, "eta": self.eta}
+        """The condition as flat record fields (for tidy rows); `budget` only when set, so the records of
+        every other condition are unchanged."""
+        out = {"condition": self.name, "policy": self.policy, "scheduler": self.scheduler, "k": self.k,
+               "T": self.T, "arm": self.arm, "estimator": self.estimator, "instruction": self.instruction,
+               "steer": self.steer, "eta": self.eta}
+        return out if self.budget is None else {**out, "budget": self.budget}
 
     @classmethod
     def parse(cls, text: str) -> Condition:
@@ -173,7 +195,8 @@ class Condition:
             target = values if key in FIELDS else options
             if key in target:
                 raise AscpError(f"condition {text!r} gives {key} twice.")
-            target[key] = parse_value(val) if key in ("k", "T", "steer", "eta") or target is options else val.strip()
+            numeric = key in ("k", "T", "steer", "eta", "budget")
+            target[key] = parse_value(val) if numeric or target is options else val.strip()
         if values.get("arm") in ("none", ""):
             values["arm"] = None
         for key in ("k", "T"):

@@ -19,13 +19,19 @@ from ascp.metrics import Matcher
 
 
 def loop_config(condition: Condition, seed: int, settings: Settings):
-    """The `LoopConfig` of one condition and seed."""
+    """The `LoopConfig` of one condition and seed. A structured single response (`budget` B) decodes up to
+    B x the spec's max_new_tokens; the loop checks that prompt plus that many tokens fit the model's window."""
+    from dataclasses import replace
+
     from ascp.api import prompt_template
     from ascp.loop import LoopConfig
 
+    sampling = settings.sampling()
+    if condition.budget is not None:
+        sampling = replace(sampling, max_new_tokens=settings.max_new_tokens * condition.budget)
     kwargs: dict[str, Any] = dict(
         policy=condition.scheduler, k=condition.k, T=condition.T, estimator=condition.estimator, seed=seed,
-        sampling=settings.sampling(),
+        sampling=sampling,
         template=prompt_template(condition.instruction, settings.template, settings.system),
         threshold=settings.threshold, batch_size=settings.batch_size,
     )

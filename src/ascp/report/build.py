@@ -51,7 +51,8 @@ def build_tables(frame, rng: np.random.Generator, n_boot: int, claims: tuple[Cla
         table = make(frame, rng, n_boot)
         if table is not None:
             out.append(table)
-    extra = (rep.seed_table(frame), rep.instruction_table(frame, rng, n_boot), tabs.elasticity_table(frame))
+    extra = (rep.seed_table(frame), rep.instruction_table(frame, rng, n_boot), rep.structured_table(frame, rng, n_boot),
+             tabs.elasticity_table(frame))
     return out + [t for t in extra if t is not None]
 
 

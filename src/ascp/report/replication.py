@@ -1,5 +1,5 @@
 """Report tables for data the experiments already produce: correlations (Table 1), seed
-replication (Table 14) and instruction x policy (Table 16).
+replication (Table 14), instruction x policy (Table 16) and the structured single response (Table 17).
 
 - `correlation_table` (Table 1): within-query correlations across systems. Every measure is
   centred within its (task, model, query) group (the group mean over the group's conditions and
@@ -12,6 +12,12 @@ replication (Table 14) and instruction x policy (Table 16).
   with the mean and the standard deviation across seeds. Needs at least two seeds.
 - `instruction_table` (Table 16): integrate minus commit at every (k, T) of the rotation arm,
   other condition fields equal, paired within query.
+- `structured_table` (Table 17): each structured single response S (T = 1, `budget` B, k; Appendix
+  D.2) against each rotation-arm portfolio at the same k with T = B, estimator and steering, for every
+  plain instruction the run holds: gap = portfolio minus structured PR, paired within query.
+
+Condition fields are matched through `_key`, which maps NaN (steer/eta of ordinary decoding) to
+None: NaN never equals NaN, so NaN keys would match nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ascp.prompts import base_instruction, is_structured
 from ascp.report.frame import conditions, estimate_difference, paired, task_weighted_mean
 from ascp.report.tables import (
     Table,
@@ -119,10 +126,15 @@ def pvalue_sci(p: float) -> str:
     return "-" if not math.isfinite(p) else f"{p:.1e}" if p < 0.001 else f"{p:.3f}"
 
 
+def _key(row, fields: tuple[str, ...]) -> tuple[Any, ...]:
+    """The row's `fields` as a hashable key, NaN as None (so unsteered conditions match each other)."""
+    return tuple(None if isinstance(row[f], float) and math.isnan(row[f]) else row[f] for f in fields)
+
+
 def _rotation_over_fixed(conds) -> list[tuple[str, str, str]]:
     """(label, rotation condition, fixed condition) at every (k, T > 1) holding both arms, same probe."""
     def key(r):
-        return (r["estimator"], r["instruction"], r["steer"], r["eta"], r["k"], r["T"])
+        return _key(r, ("estimator", "instruction", "steer", "eta", "k", "T"))
 
     fixed = {key(r): n for n, r in conds[conds["arm"] == "fixed"].iterrows()}
     out = []
@@ -167,7 +179,7 @@ def instruction_table(frame, rng: np.random.Generator, n_boot: int) -> Table | N
     rot = conds[conds["arm"] == "rotation"]
 
     def key(r) -> tuple[Any, ...]:
-        return (r["scheduler"], r["estimator"], r["steer"], r["eta"], r["k"], r["T"])
+        return _key(r, ("scheduler", "estimator", "steer", "eta", "k", "T"))
 
     commit = {key(r): n for n, r in rot[rot["instruction"] == "commit"].iterrows()}
     integrate = {key(r): n for n, r in rot[rot["instruction"] == "integrate"].iterrows()}
@@ -190,3 +202,54 @@ def instruction_table(frame, rng: np.random.Generator, n_boot: int) -> Table | N
                  "within query (bootstrap as in the other tables). *: p < 0.05, †: p < 0.01.",
                  ["k", "T", "commit PR@T", "integrate PR@T", "Δ", "95% CI", "n"], rows, data)
 
+
+
+def structured_table(frame, rng: np.random.Generator, n_boot: int) -> Table | None:
+    """Table 17 (see the module docstring); None unless some structured single response has a matching
+    rotation portfolio."""
+    if "budget" not in frame.columns:  # no record of the run carries a budget
+        return None
+    conds = conditions(frame)
+    budgets = frame.drop_duplicates("condition").set_index("condition")["budget"]
+    match = ("estimator", "steer", "eta", "k")
+    portfolios: dict[tuple[Any, ...], list[str]] = {}
+    for name, r in conds[(conds["arm"] == "rotation") & budgets.reindex(conds.index).isna()].iterrows():
+        if not is_structured(r["instruction"]):
+            portfolios.setdefault((*_key(r, match), int(r["T"])), []).append(name)
+    # S: a budgeted T = 1 condition of either arm (both offer the top k; rotation's is kept when both ran)
+    single = conds[conds["arm"].notna() & (conds["T"] == 1) & budgets.reindex(conds.index).notna()]
+    pairs, seen = [], set()
+    for name, r in single.sort_values("arm", ascending=False).iterrows():
+        cell = (*_key(r, match), int(budgets[name]))
+        if (cell, r["instruction"]) not in seen:
+            seen.add((cell, r["instruction"]))
+            pairs += [(name, portfolio) for portfolio in portfolios.get(cell, [])]
+    rows, data = [], []
+    for s_name, p_name in sorted(pairs, key=lambda sp: (_order(conds.loc[sp[0]]), _order(conds.loc[sp[1]]))):
+        s, p = conds.loc[s_name], conds.loc[p_name]
+        est = estimate_difference(paired(frame, p_name, s_name, "pr"), rng, n_boot)
+        if est is None:
+            continue
+        pr_p, pr_s = task_weighted_mean(frame, p_name, "pr"), task_weighted_mean(frame, s_name, "pr")
+        instruction = base_instruction(s["instruction"])
+        rows.append([instruction, p["instruction"], str(s["k"]), str(p["T"]), str(est.n), num(pr_p), num(pr_s),
+                     signed(est.mean) + marker(est.p), interval(est)])
+        data.append({"instruction": instruction, "portfolio_instruction": p["instruction"], "k": int(s["k"]),
+                     "T": int(p["T"]), "structured": s_name, "portfolio": p_name, "pr_portfolio": pr_p,
+                     "pr_structured": pr_s, **_est_dict("gap", est)})
+    if not rows:
+        return None
+    return Table("table17_structured", "Table 17: enumerated single response versus matched portfolio",
+                 "One structured generation (T = 1) with the portfolio's decode-token budget (max_new_tokens x T) "
+                 "under its instruction plus the structured-output control (list distinct supported "
+                 "interpretations with grounding, stopping rather than padding), against the rotation-arm "
+                 "portfolio at the same k with that T and the portfolio instruction. Gap = portfolio minus "
+                 "structured PR, paired within query (bootstrap as in the other tables). *: p < 0.05, †: p < 0.01.",
+                 ["instruction", "portfolio instruction", "k", "T", "n", "portfolio PR@T", "structured PR", "gap",
+                  "95% CI"], rows, data)
+
+
+def _order(row) -> tuple[Any, ...]:
+    """Rows in the paper's order: commit before integrate (others after, by name), then k, then T."""
+    base = base_instruction(row["instruction"])
+    return ({"commit": 0, "integrate": 1}.get(base, 2), base, row["k"], row["T"])
