@@ -16,6 +16,11 @@ def _ci(lo: float, hi: float, digits: int = 3) -> str:
     return "-" if not (math.isfinite(lo) and math.isfinite(hi)) else f"[{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
+def _ci_of(interval: Any, digits: int = 4) -> str:
+    lo, hi = interval
+    return _ci(lo, hi, digits)
+
+
 def _covers(interval: tuple[float, float] | list[float], value: float) -> str:
     lo, hi = interval
     if not (math.isfinite(lo) and math.isfinite(hi)):
@@ -37,11 +42,11 @@ def to_markdown(result: dict[str, Any], command: str) -> str:
         "scores (nats per response token for loo). The same quantile of normalised scores is shown for "
         "comparison only: normalised scores sum to 1, so a constant cut on them caps the used count at 1/tau.", "",
         "| scale | threshold | 95% CI | off-query padding passages |", "|---|---|---|---|",
-        f"| raw (the tables' ECR) | {num(tau['value'], 4)} | {_ci(*tau['interval'], 4)} | {tau['n_passages']} |",
+        f"| raw (the tables' ECR) | {num(tau['value'], 4)} | {_ci_of(tau['interval'])} | {tau['n_passages']} |",
     ]
     norm = result.get("width_invariant_normalized")
     if norm:
-        lines.append(f"| normalised (comparison) | {num(norm['value'], 4)} | {_ci(*norm['interval'], 4)} | "
+        lines.append(f"| normalised (comparison) | {num(norm['value'], 4)} | {_ci_of(norm['interval'])} | "
                      f"{tau['n_passages']} |")
     lines += ["",
         f"Use it: `ascp report RUN --used-threshold {num(tau['value'], 4)}` or "
@@ -51,7 +56,7 @@ def to_markdown(result: dict[str, Any], command: str) -> str:
     ]
     for protocol, by_k in result["per_width"].items():
         for k, v in by_k.items():
-            lines.append(f"| {protocol} | {k} | {num(v['value'], 4)} | {_ci(*v['interval'], 4)} |")
+            lines.append(f"| {protocol} | {k} | {num(v['value'], 4)} | {_ci_of(v['interval'])} |")
     lines += [
         "", "## Free-generation fit tau_free(k) = a k^b", "",
         "| | this run | 95% CI | paper | paper inside CI |", "|---|---|---|---|---|",

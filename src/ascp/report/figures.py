@@ -146,7 +146,8 @@ def elasticity_figure(table: Table | None, path: Path) -> str | None:
     ax.axvline(0, color="grey", lw=0.8)
     ax.axvline(-0.68, color="tab:red", lw=0.8, ls=":", label="paper, protocol-clean (-0.68)")
     names = {"used_fraction_invariant": "width-invariant tau*", "used_fraction": "run's tau(k)"}
-    ax.set_yticks(ys, [f"{r['group']}, {names.get(r.get('criterion'), '')}".rstrip(", ") for r in rows], fontsize=8)
+    labels = [f"{r['group']}, {names.get(str(r.get('criterion')), '')}".rstrip(", ") for r in rows]
+    ax.set_yticks(ys, labels, fontsize=8)
     ax.set_xlabel("width elasticity d log(used fraction) / d log k (95% CI)")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3, axis="x")
