@@ -186,3 +186,27 @@ def test_calibrate_bad_input_is_one_sentence_and_writes_nothing(tmp_path):
     res = runner.invoke(app, ["calibrate", "--validation", str(source), "--out", str(out), "--estimator", "bm25"])
     assert res.exit_code == 2 and "no 'bm25' scores" in res.output and not out.exists()
     assert "Traceback" not in res.output
+
+
+def test_pairwise_entailment_redundancy_counts_ordered_pairs():
+    from ascp.api import make_case
+    from ascp.nli import LexicalClaimMatcher
+
+    # d1 and d2 say the same thing (each entails the other lexically), d3 shares no content word:
+    # 2 of the 6 ordered pairs entail.
+    case = make_case("q?", [{"id": "d1", "text": "Canberra capital Australia"},
+                            {"id": "d2", "text": "Australia capital Canberra"},
+                            {"id": "d3", "text": "Sydney harbour bridge opened"}], [["Canberra"]])
+    row = cal.redundancy([case], None, LexicalClaimMatcher().entails)[case.id]
+    assert row["entailment"] == pytest.approx(2 / 6)
+    assert row["attestation"] == pytest.approx(2 / 3) and "embedding" not in row
+
+
+def test_calibrate_nli_model_needs_data_and_a_real_folder(tmp_path):
+    source = synthetic_scores(tmp_path / "val")
+    out = tmp_path / "cal"
+    res = runner.invoke(app, ["calibrate", "--validation", str(source), "--out", str(out), "--nli-model", "lexical"])
+    assert res.exit_code == 2 and "needs --data" in res.output and not out.exists()
+    res = runner.invoke(app, ["calibrate", "--validation", str(source), "--out", str(out), "--data", str(source),
+                              "--nli-model", str(tmp_path / "no-such-model")])
+    assert res.exit_code == 2 and "--nli-model" in res.output and not out.exists()

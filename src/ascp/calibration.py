@@ -27,7 +27,8 @@ raw(d) (Eq. 3, nats per response token for `loo`) and normalised a(d) = [raw(d)]
   redundancy measure (answer attestation: the share of pool passages attesting a gold unit;
   embedding: the mean over passages of the largest cosine to another passage of the pool), and
   the width-invariant elasticity is fitted within each half. The paper's third measure,
-  pairwise entailment, needs an NLI model and is not computed here.
+  pairwise entailment (the share of ordered passage pairs where one entails the other), is
+  computed when an NLI model is given (`ascp calibrate --nli-model`).
 
 Intervals: percentile bootstrap over cases (a case's contexts resampled together; every
 threshold re-estimated in every replicate).
@@ -232,8 +233,14 @@ def bootstrap_thresholds(contexts: Sequence[Context], quantile: float = QUANTILE
 # ----- the whole calibration ---------------------------------------------------------------------
 
 
-def redundancy(cases: Sequence[Any], embed: Callable[[list[str]], np.ndarray] | None) -> dict[str, dict[str, float]]:
-    """Per case id, the natural-pool redundancy measures of Fig. 4(b) (see the module docstring)."""
+Entails = Callable[[Sequence[tuple[str, str]]], list[bool]]  # (premise, hypothesis) pairs -> decisions
+
+
+def redundancy(cases: Sequence[Any], embed: Callable[[list[str]], np.ndarray] | None,
+               entails: Entails | None = None) -> dict[str, dict[str, float]]:
+    """Per case id, the natural-pool redundancy measures of Fig. 4(b) (see the module docstring);
+    `entails` (an NLI matcher's `entails`, `ascp.nli`) adds `entailment`: the share of ordered
+    passage pairs (d, e), d != e, where d entails e."""
     from ascp.validation.pools import attested_units
 
     out: dict[str, dict[str, float]] = {}
@@ -242,6 +249,10 @@ def redundancy(cases: Sequence[Any], embed: Callable[[list[str]], np.ndarray] | 
         if not pool:
             continue
         row = {"attestation": float(np.mean([bool(attested_units(p, case.units)) for p in pool]))}
+        if entails is not None and len(pool) > 1:
+            texts = [p.full_text for p in pool]
+            pairs = [(a, b) for i, a in enumerate(texts) for j, b in enumerate(texts) if i != j]
+            row["entailment"] = float(np.mean(entails(pairs)))
         if embed is not None and len(pool) > 1:
             e = np.asarray(embed([p.full_text for p in pool]), dtype=float)
             e = e / np.linalg.norm(e, axis=1, keepdims=True)

@@ -245,6 +245,9 @@ def calibrate_command(
         "--data", help="The validated cases' file, for the redundancy strata of Fig. 4(b).")] = None,
     embedder: Annotated[str, typer.Option(
         "--embedder", help="Embedder of the embedding-redundancy measure: default, hashing or a folder.")] = "default",
+    nli_model: Annotated[str | None, typer.Option(
+        "--nli-model", help="A local NLI model folder for the pairwise-entailment redundancy stratum (with "
+        "--data); 'lexical' is a named approximation.")] = None,
     bootstrap: Annotated[int, typer.Option("--bootstrap", help="Case-bootstrap replicates.")] = 2000,
     seed: SeedOpt = 0,
 ) -> None:
@@ -276,6 +279,13 @@ def calibrate_command(
         check_replaceable(out_dir, "calibration.json", "calibration")
         if not out_dir.parent.is_dir():
             raise AscpError(f"the parent folder of {out_dir} does not exist; create it first.")
+        if nli_model is not None and data is None:
+            raise AscpError("--nli-model measures the pools' pairwise entailment and needs --data (the validated "
+                            "cases' file); add --data or drop --nli-model.")
+        if nli_model is not None:
+            from ascp.nli import check_nli_model
+
+            check_nli_model(nli_model)  # a bad folder fails before any work
         strata = None
         if data is not None:
             from ascp.data import load_cases
@@ -287,14 +297,21 @@ def calibrate_command(
             if not cases:
                 raise AscpError(f"none of the validated cases is in {data}; pass the --data file of the "
                                 "validate-probe runs.")
+            entails = None
+            if nli_model is not None:
+                from ascp.nli import load_nli_matcher
+
+                with err.status(f"loading NLI model {nli_model!r}"):
+                    entails = load_nli_matcher(nli_model).entails
             with err.status(f"redundancy of {len(cases)} natural pools"):
-                strata = redundancy(cases, resolve_embedder(embedder))
+                strata = redundancy(cases, resolve_embedder(embedder), entails)
         with err.status(f"calibrating {len(ctxs)} contexts ({bootstrap} bootstrap replicates)"):
             result = calibrate(ctxs, quantile=quantile, n_boot=bootstrap, seed=seed, strata=strata)
         result.update(estimator=estimator, n_boot=bootstrap, sources=[str(v) for v in validation])
         command = " ".join(["ascp calibrate", *(f"--validation {v}" for v in validation), f"--out {out_dir}",
                             f"--estimator {estimator}", f"--quantile {quantile:g}",
                             *([f"--data {data}", f"--embedder {embedder}"] if data is not None else []),
+                            *([f"--nli-model {nli_model}"] if nli_model is not None else []),
                             f"--bootstrap {bootstrap}", f"--seed {seed}"])
         with staged_folder(out_dir, whole=True) as tmp:
             write_calibration(tmp, result, command)

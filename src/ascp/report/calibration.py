@@ -83,7 +83,9 @@ def to_markdown(result: dict[str, Any], command: str) -> str:
         for r in result["strata"]:
             lines.append(f"| {r['measure']} | {r['label']} | {signed(r['mean'])} ({num(r['se'])}) | "
                          f"{_ci(r['lo'], r['hi'])} | {num(r['mean_used'], 2)} | {r['n']} | {r['clusters']} |")
-        lines += ["", "Pairwise entailment, the paper's third measure, needs an NLI model and is not computed."]
+        if not any(r["measure"] == "entailment" for r in result["strata"]):
+            lines += ["", "Pairwise entailment, the paper's third measure, needs an NLI model (`--nli-model`) and "
+                      "was not computed."]
     else:
         lines.append("Not computed: pass `--data` (the validated cases' file) for the redundancy measures.")
     return "\n".join(lines) + "\n"
