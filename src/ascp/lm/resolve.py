@@ -162,8 +162,19 @@ def load_language_model(spec: str = DEFAULT_MODEL, device: str = "auto", dtype: 
 
     `device`: auto | cpu | cuda[:n]; `dtype`: auto (fp32 on CPU, bf16 on GPU) | float32 | bfloat16 | float16;
     `backend`: auto | hf (transformers) | llamacpp (GGUF files on the CPU), see `choose_backend`.
+    A spec `vllm:http://HOST:PORT` or `sglang:http://HOST:PORT` drives a running engine server
+    (`ascp.lm.engine`); device and dtype are the server's business then.
     """
     _offline()
+    from ascp.lm.engine import engine_of
+
+    if engine_of(spec) is not None:  # a served model: the server runs it wherever it runs
+        if backend not in ("auto", engine_of(spec)):
+            raise AscpError(f"{spec!r} is served by {engine_of(spec)}; drop --backend {backend} (the spec names "
+                            "its engine).")
+        from ascp.lm.engine import load_engine_model
+
+        return load_engine_model(spec)
     if choose_backend(spec, device, dtype, backend) == "llamacpp":
         from ascp.lm.llamacpp import load_llamacpp_model
 

@@ -1,0 +1,304 @@
+"""The engine backend (`ascp.lm.engine`) against a real vLLM server, and its failure modes.
+
+The vLLM tests start `.venv-vllm/bin/vllm serve` (built by `make vllm`; CI builds it) on the
+embedded model's safetensors copy and compare the probe through the server with an independent
+whole-string leave-one-out in transformers on the same weights. SGLang's API is exercised against
+a stand-in server in this file that answers `/generate` from the tiny transformers model: it checks
+ascp's side of the protocol (ids sent, log-probs read back), not SGLang itself, which does not run here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ascp.errors import AscpError
+from ascp.lm.resolve import embedded_gguf
+
+ROOT = Path(__file__).resolve().parents[1]
+VLLM = ROOT / ".venv-vllm" / "bin" / "vllm"
+VLLM_READY = ROOT / ".venv-vllm" / ".ascp-installed"  # `make vllm` writes it last
+QUESTION = "When was the Eiffel Tower built?"
+PASSAGES = [
+    {"id": "eiffel", "title": "Eiffel Tower", "text": "The Eiffel Tower was built from 1887 to 1889 in Paris."},
+    {"id": "louvre", "title": "Louvre", "text": "The Louvre is the world's most-visited art museum."},
+    {"id": "expo", "title": "Exposition Universelle", "text": "The 1889 World's Fair marked the centennial of the "
+     "French Revolution; the tower was its entrance arch."},
+]
+RESPONSE = "The Eiffel Tower was built between 1887 and 1889."
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+needs_vllm = pytest.mark.skipif(not VLLM_READY.exists() or embedded_gguf() is None,
+                                reason="needs the vLLM server environment (`make vllm`) and the embedded model")
+
+
+@pytest.fixture(scope="module")
+def vllm_server():
+    """(spec, model folder) of a vLLM server on the embedded model, started for this module."""
+    from ascp.lm.resolve import resolve_model_dir
+
+    model_dir = resolve_model_dir("default")  # the safetensors copy of the embedded GGUF
+    port = free_port()
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
+    log = open(Path(model_dir).parent / f"vllm-test-{port}.log", "w")  # noqa: SIM115 - closed at teardown
+    proc = subprocess.Popen([str(VLLM), "serve", model_dir, "--dtype", "float32", "--max-model-len", "2048",
+                             "--enforce-eager", "--host", "127.0.0.1", "--port", str(port)],
+                            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 420
+    try:
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/v1/models", timeout=5):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.time() > deadline:
+                    log.flush()
+                    tail = Path(log.name).read_text(errors="replace")[-3000:]
+                    pytest.fail(f"vLLM did not start (exit {proc.poll()}):\n{tail}")
+                time.sleep(2)
+        yield f"vllm:{url}", model_dir
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def hf_reference(vllm_server):
+    from ascp.lm.resolve import load_language_model
+
+    return load_language_model(vllm_server[1], backend="hf", device="cpu")
+
+
+def naive_loo(lm, question: str, passages, response: str) -> np.ndarray:
+    """Leave-one-out from whole strings: each prompt text tokenized on its own, scored from scratch."""
+    from ascp.types import Passage
+
+    items = [Passage(**p) for p in passages]
+    resp = lm.encode(response)
+
+    def mean_logp(ps) -> float:
+        ids = list(lm.encode_prompt(question, ps).ids)
+        return float(lm.score([ids], resp, reuse_prefix=False).logprobs[0].mean())
+
+    full = mean_logp(items)
+    return np.array([full - mean_logp(items[:i] + items[i + 1:]) for i in range(len(items))])
+
+
+@pytest.mark.real_model
+@needs_vllm
+def test_loo_through_vllm_equals_a_naive_transformers_loo(vllm_server, hf_reference):
+    import ascp
+
+    engine = ascp.load_model(vllm_server[0])
+    assert engine.backend == "vllm" and engine.context_window == 2048
+    att = ascp.attribute(QUESTION, PASSAGES, response=RESPONSE, model=engine)
+    reference = naive_loo(hf_reference, QUESTION, PASSAGES, RESPONSE)
+    got = np.array([att.scores[p["id"]] for p in PASSAGES])
+    # fp32 on both sides; measured here: about 3e-6 nats per token (docs/engines.md)
+    assert np.max(np.abs(got - reference)) < 1e-4, (got, reference)
+    assert att.used == ascp.attribute(QUESTION, PASSAGES, response=RESPONSE, model=hf_reference).used
+
+
+@pytest.mark.real_model
+@needs_vllm
+def test_generation_through_vllm_is_seeded_per_request(vllm_server):
+    import ascp
+    from ascp.lm.sampling import SamplingConfig
+
+    engine = ascp.load_model(vllm_server[0])
+    ids = list(engine.encode_prompt(QUESTION, [ascp.Passage(**p) for p in PASSAGES]).ids)
+    config = SamplingConfig(max_new_tokens=16)
+    a, b, c = engine.generate([ids, ids, ids], config, [11, 11, 12])
+    assert a.token_ids == b.token_ids and a.text == engine.decode(a.token_ids)
+    assert 0 < len(a.token_ids) <= 16
+    greedy = engine.generate([ids], SamplingConfig(temperature=0.0, max_new_tokens=8), [0])[0]
+    assert greedy.token_ids == engine.generate([ids], SamplingConfig(temperature=0.0, max_new_tokens=8), [5])[0].token_ids
+    assert c.token_ids != a.token_ids or c.text == a.text  # another seed is another stream
+
+
+@pytest.mark.real_model
+@needs_vllm
+def test_ascp_run_end_to_end_through_vllm_and_its_errors(vllm_server, tmp_path):
+    spec = vllm_server[0]
+    data = tmp_path / "cases.jsonl"
+    data.write_text(json.dumps({"id": "q1", "question": QUESTION, "answers": [{"id": "a1", "aliases": ["1889"]}],
+                                "pool": PASSAGES}) + "\n")
+    base = [sys.executable, "-m", "ascp.cli", "run", "--data", str(data), "--policy", "rotate", "--k", "1",
+            "--T", "2", "--max-new-tokens", "12", "--embedder", "hashing"]
+    done = subprocess.run([*base, "--model", spec, "--out", str(tmp_path / "run")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["config"]["backend"] == "vllm" and summary["config"]["model"] == spec
+    rounds = [json.loads(line) for line in (tmp_path / "run" / "rounds.jsonl").read_text().splitlines()]
+    assert [r["context"] for r in rounds] == [["eiffel"], ["louvre"]]
+    # the server serves another model than asked; steering needs lockstep streams no engine API gives
+    other = subprocess.run([*base, "--model", spec + "?model=Qwen/Qwen2.5-7B", "--out", str(tmp_path / "r2")],
+                           capture_output=True, text=True)
+    assert other.returncode == 2 and "not 'Qwen/Qwen2.5-7B'" in other.stderr and not (tmp_path / "r2").exists()
+    steer = subprocess.run([*base, "--model", spec, "--steer", "--out", str(tmp_path / "r3")], capture_output=True,
+                           text=True)
+    assert steer.returncode == 2 and "cannot steer" in steer.stderr and "Traceback" not in steer.stderr
+    assert not (tmp_path / "r3").exists()
+
+
+@pytest.mark.real_model
+@needs_vllm
+def test_a_prompt_longer_than_the_servers_window_is_one_sentence(vllm_server, tmp_path):
+    requests = tmp_path / "req.jsonl"
+    long = [{"id": f"d{i}", "text": "word " * 400} for i in range(6)]  # about 2,400 tokens > 2,048
+    requests.write_text(json.dumps({"id": "r1", "question": QUESTION, "passages": long, "response": "ok"}) + "\n")
+    out = tmp_path / "scores.jsonl"
+    done = subprocess.run([sys.executable, "-m", "ascp.cli", "attribute", "--input", str(requests), "--out", str(out),
+                           "--model", vllm_server[0]], capture_output=True, text=True)
+    assert done.returncode == 2 and "context window of 2048" in done.stderr and not out.exists()
+    assert "Traceback" not in done.stderr
+
+
+# ----- failure modes without a real server ------------------------------------------------------
+
+def test_engine_specs_parse_or_say_how_to_write_them():
+    from ascp.lm.engine import EngineSpec, engine_of
+
+    assert engine_of("vllm:http://h:8000") == "vllm" and engine_of("sglang:https://h") == "sglang"
+    assert engine_of("default") is None and engine_of("vllm:/models/x") is None
+    spec = EngineSpec.parse("vllm:http://h:8000/?tokenizer=/m/tok&model=served")
+    assert (spec.url, spec.tokenizer, spec.model) == ("http://h:8000", "/m/tok", "served")
+    with pytest.raises(AscpError, match="not the option 'foo'"):
+        EngineSpec.parse("sglang:http://h:1?foo=1")
+
+
+def test_an_unreachable_server_is_one_sentence_naming_it(tmp_path):
+    requests = tmp_path / "req.jsonl"
+    requests.write_text(json.dumps({"id": "r1", "question": QUESTION, "passages": PASSAGES,
+                                    "response": RESPONSE}) + "\n")
+    port = free_port()  # nothing listens there
+    done = subprocess.run([sys.executable, "-m", "ascp.cli", "attribute", "--input", str(requests), "--out",
+                           str(tmp_path / "s.jsonl"), "--model", f"vllm:http://127.0.0.1:{port}"],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and f"http://127.0.0.1:{port} is unreachable" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "s.jsonl").exists()
+
+
+class StandIn(BaseHTTPRequestHandler):
+    """A local server speaking the engines' JSON: SGLang's /generate from the tiny model, or a vLLM
+    that lists a model but returns no prompt log-probs."""
+
+    lm = None
+    folder = ""
+    mode = "sglang"
+
+    def log_message(self, *args) -> None:  # quiet
+        return None
+
+    def _send(self, obj, status: int = 200) -> None:
+        body = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        if self.path == "/v1/models":
+            self._send({"data": [{"id": self.folder, "root": self.folder, "max_model_len": 512}]})
+        elif self.path == "/get_model_info":
+            self._send({"model_path": self.folder, "tokenizer_path": self.folder})
+        elif self.path == "/get_server_info":
+            self._send({"context_length": 512})
+        else:
+            self._send({"error": "not found"}, 404)
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.mode == "vllm-no-logprobs":
+            self._send({"choices": [{"index": i, "text": "x", "token_ids": [1]} for i, _ in enumerate(body["prompt"])]})
+            return
+        from ascp.lm.sampling import SamplingConfig
+
+        ids, start = body["input_ids"], body.get("logprob_start_len", 0)
+        if body.get("return_logprob"):
+            lp = self.lm.score([ids[:start]], ids[start:], reuse_prefix=False).logprobs[0]
+            self._send({"meta_info": {"input_token_logprobs": [[float(v), int(t), None]
+                                                               for v, t in zip(lp, ids[start:], strict=True)]}})
+            return
+        params = body["sampling_params"]
+        gen = self.lm.generate([ids], SamplingConfig(max_new_tokens=params["max_new_tokens"],
+                                                     temperature=params["temperature"]), [params["sampling_seed"]])[0]
+        self._send({"text": gen.text, "output_ids": list(gen.token_ids),
+                    "meta_info": {"finish_reason": {"type": "stop" if gen.finished else "length"}}})
+
+
+@pytest.fixture()
+def stand_in(tiny_lm, tiny_model_dir):
+    servers = []
+
+    def start(mode: str) -> str:
+        handler = type("Handler", (StandIn,), {"lm": tiny_lm, "folder": str(tiny_model_dir), "mode": mode})
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+
+
+def test_sglang_protocol_scores_and_generates_like_the_model_it_serves(stand_in, tiny_lm):
+    import ascp
+    from ascp.lm.engine import EngineModel
+    from ascp.lm.sampling import SamplingConfig
+
+    engine = EngineModel("sglang:" + stand_in("sglang"))
+    assert engine.backend == "sglang" and engine.context_window == 512
+    att = ascp.attribute(QUESTION, PASSAGES, response=RESPONSE, model=engine)
+    ref = ascp.attribute(QUESTION, PASSAGES, response=RESPONSE, model=tiny_lm)
+    assert att.scores == pytest.approx(ref.scores, abs=1e-6)
+    ids = list(engine.encode_prompt(QUESTION, [ascp.Passage(**p) for p in PASSAGES]).ids)
+    got = engine.generate([ids], SamplingConfig(max_new_tokens=6), [3])[0]
+    assert got.token_ids == tiny_lm.generate([ids], SamplingConfig(max_new_tokens=6), [3])[0].token_ids
+
+
+def test_a_server_without_prompt_logprobs_is_refused_at_load(stand_in):
+    from ascp.lm.engine import EngineModel
+
+    with pytest.raises(AscpError, match="returned no prompt log-probs") as info:
+        EngineModel("vllm:" + stand_in("vllm-no-logprobs"))
+    assert "\n" not in str(info.value)
+
+
+def test_engine_specs_enter_experiment_specs(tmp_path):
+    from ascp.experiments.spec import load_spec
+
+    (tmp_path / "cases.jsonl").write_text(json.dumps({"id": "q", "question": "q?", "answers": [["a"]],
+                                                      "pool": [{"id": "d", "text": "a"}]}) + "\n")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("name: e\ntasks: [{name: t, data: cases.jsonl}]\nmodels: ['vllm:http://127.0.0.1:9']\n"
+                    "grid: {policy: [vanilla], k: [1], T: [1]}\nembedder: hashing\n")
+    assert load_spec(spec).models[0].source == "vllm:http://127.0.0.1:9"
+    spec.write_text(spec.read_text().replace("vllm:http://127.0.0.1:9", "vllm:http://127.0.0.1:9?bad=1"))
+    with pytest.raises(AscpError, match=r"spec field models\[0\].*not the option 'bad'"):
+        load_spec(spec)
