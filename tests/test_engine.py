@@ -134,8 +134,8 @@ def test_generation_through_vllm_is_seeded_per_request(vllm_server):
     a, b, c = engine.generate([ids, ids, ids], config, [11, 11, 12])
     assert a.token_ids == b.token_ids and a.text == engine.decode(a.token_ids)
     assert 0 < len(a.token_ids) <= 16
-    greedy = engine.generate([ids], SamplingConfig(temperature=0.0, max_new_tokens=8), [0])[0]
-    assert greedy.token_ids == engine.generate([ids], SamplingConfig(temperature=0.0, max_new_tokens=8), [5])[0].token_ids
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=8)
+    assert engine.generate([ids], greedy, [0])[0].token_ids == engine.generate([ids], greedy, [5])[0].token_ids
     assert c.token_ids != a.token_ids or c.text == a.text  # another seed is another stream
 
 
