@@ -209,6 +209,7 @@ class StandIn(BaseHTTPRequestHandler):
     lm = None
     folder = ""
     mode = "sglang"
+    posts = 0  # POST requests answered (per server class)
 
     def log_message(self, *args) -> None:  # quiet
         return None
@@ -233,6 +234,7 @@ class StandIn(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).posts += 1
         if self.mode == "vllm-no-logprobs":
             self._send({"choices": [{"index": i, "text": "x", "token_ids": [1]} for i, _ in enumerate(body["prompt"])]})
             return
@@ -255,13 +257,24 @@ class StandIn(BaseHTTPRequestHandler):
 def stand_in(tiny_lm, tiny_model_dir):
     servers = []
 
+    lock = threading.Lock()  # the tiny model serves one request at a time
+
     def start(mode: str) -> str:
         handler = type("Handler", (StandIn,), {"lm": tiny_lm, "folder": str(tiny_model_dir), "mode": mode})
+        original = handler.do_POST
+
+        def serialised(self) -> None:
+            with lock:
+                original(self)
+
+        handler.do_POST = serialised
         server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
+        start.handlers.append(handler)
         return f"http://127.0.0.1:{server.server_address[1]}"
 
+    start.handlers = []
     yield start
     for server in servers:
         server.shutdown()
@@ -302,3 +315,51 @@ def test_engine_specs_enter_experiment_specs(tmp_path):
     spec.write_text(spec.read_text().replace("vllm:http://127.0.0.1:9", "vllm:http://127.0.0.1:9?bad=1"))
     with pytest.raises(AscpError, match=r"spec field models\[0\].*not the option 'bad'"):
         load_spec(spec)
+
+
+def test_ray_workers_share_a_models_engine_replicas(stand_in, tmp_path):
+    """Two servers of one model listed under one name: each Ray worker drives one of them, and the
+    records equal a local run against one server."""
+    ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install -e '.[ray]'")
+    from ascp.experiments.run import run_experiment
+
+    urls = [stand_in("sglang"), stand_in("sglang")]
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text("".join(json.dumps({"id": f"c{i}", "question": f"when was author c{i} born?",
+                                         "answers": [["1850"]], "pool": [{"id": f"d{j}", "text": f"born in {1850 + j}"}
+                                                                         for j in range(4)]}) + "\n"
+                             for i in range(4)))
+
+    def spec(path: list[str], name: str) -> Path:
+        out = tmp_path / f"{name}.json"
+        out.write_text(json.dumps({"name": "replicas", "tasks": [{"name": "toy", "data": str(cases)}],
+                                   "models": [{"name": "tiny", "path": path}], "seeds": [0],
+                                   "grid": {"policy": ["rotate"], "k": [2], "T": [2]},
+                                   "sampling": {"max_new_tokens": 4}, "embedder": "hashing", "batch_cases": 1}))
+        return out
+
+    local = run_experiment(spec(["sglang:" + urls[0]], "local"), tmp_path / "local")
+    for handler in stand_in.handlers:
+        handler.posts = 0
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        spread = run_experiment(spec(["sglang:" + u for u in urls], "spread"), tmp_path / "spread", executor="ray",
+                                workers=2)
+    finally:
+        ray.shutdown()
+    assert local.written == spread.written == 4
+    assert all(handler.posts > 0 for handler in stand_in.handlers)  # both replicas served
+
+    def units(folder: Path) -> dict:
+        out = {}
+        for line in (folder / "units.jsonl").read_text().splitlines():
+            rec = json.loads(line)
+            out[rec["case_id"]] = [(r["context"], r["response"], r["scores"]) for r in rec["rounds"]]
+        return out
+
+    assert units(tmp_path / "spread") == units(tmp_path / "local")
+    bad = spec(["sglang:" + urls[0], "/models/x"], "bad")
+    from ascp.experiments.spec import load_spec
+
+    with pytest.raises(AscpError, match=r"models\[0\]\.path: a list of paths must hold engine specs"):
+        load_spec(bad)

@@ -137,16 +137,33 @@ def _run_jobs(lm: LanguageModel, jobs: list[_Job], config: LoopConfig, estimator
     seeds = [derive_seed(config.seed, job.case.id, job.round) for job in jobs]
     gens = generate_steered(lm, items, config.sampling, seeds, config.steer or SteerConfig(), config.batch_size)
     gen_share = (time.perf_counter() - start) / max(1, len(jobs))  # batched: each round gets an equal share
-    out = []
-    for job, prompt, gen in zip(jobs, prompts, gens, strict=True):
+    def probe(i: int) -> tuple[tuple[int, ...], np.ndarray, float]:
+        job, prompt, gen = jobs[i], prompts[i], gens[i]
         t0 = time.perf_counter()
-        ids = list(job.selection.ids)
         response_ids = tuple(lm.encode(gen.text))  # canonical: tokenizer(text) of the response it reports
         if response_ids:
-            context = tuple(job.case.passage(pid) for pid in ids)
+            context = tuple(job.case.passage(pid) for pid in job.selection.ids)
             raw = estimator.score(lm, ProbeInput(job.case.question, context, prompt, gen.text, response_ids)).values
         else:  # an empty generation relies on nothing
-            raw = np.zeros(len(ids))
+            raw = np.zeros(len(job.selection.ids))
+        return response_ids, raw, time.perf_counter() - t0
+
+    # A served model (`ascp.lm.engine`) batches concurrent requests itself: keep several cases'
+    # probes in flight; in-process backends score one at a time.
+    in_flight = int(getattr(lm, "in_flight", 1))
+    if in_flight > 1 and len(jobs) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=min(in_flight, len(jobs))) as pool:
+            probed = list(pool.map(probe, range(len(jobs))))
+        share = (time.perf_counter() - t0) / len(jobs)  # overlapped: each round gets an equal share
+        probed = [(ids, raw, share) for ids, raw, _ in probed]
+    else:
+        probed = [probe(i) for i in range(len(jobs))]
+    out = []
+    for job, prompt, gen, (response_ids, raw, probe_seconds) in zip(jobs, prompts, gens, probed, strict=True):
+        ids = list(job.selection.ids)
         reading = read_scores(ids, raw, config.threshold)
         out.append(Round(
             round=job.round,
@@ -156,7 +173,7 @@ def _run_jobs(lm: LanguageModel, jobs: list[_Job], config: LoopConfig, estimator
             scores=reading.scores,
             normalized=reading.normalized,
             used=reading.used,
-            seconds=gen_share + time.perf_counter() - t0,
+            seconds=gen_share + probe_seconds,
             prompt_tokens=prompt.num_tokens,
             generation_seconds=gen_share,
         ))

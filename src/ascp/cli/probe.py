@@ -102,7 +102,8 @@ def attribute(
     temperature: Annotated[float, typer.Option("--temperature")] = 0.7,
     top_p: Annotated[float, typer.Option("--top-p")] = 1.0,
     threshold: ThresholdOpt = None,
-    instruction: Annotated[str, typer.Option("--instruction", help="commit or integrate.")] = "commit",
+    instruction: Annotated[str, typer.Option("--instruction", help="commit, integrate, commit+structured or "
+                                             "integrate+structured (docs/experiments.md).")] = "commit",
     device: DeviceOpt = "auto",
     backend: BackendOpt = "auto",
     show: Annotated[bool, typer.Option("--show", help="Also print a table per request.")] = False,
@@ -168,7 +169,8 @@ def validate_probe(
     contextcite_ablations: Annotated[int, typer.Option("--contextcite-ablations")] = 32,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens")] = 64,
     temperature: Annotated[float, typer.Option("--temperature")] = 0.7,
-    instruction: Annotated[str, typer.Option("--instruction", help="commit or integrate.")] = "commit",
+    instruction: Annotated[str, typer.Option("--instruction", help="commit, integrate, commit+structured or "
+                                             "integrate+structured (docs/experiments.md).")] = "commit",
     max_minutes: Annotated[float | None, typer.Option(
         "--max-minutes", help="Start no new case after this many minutes (the report says so).")] = None,
     format: Annotated[str, typer.Option("--format", help="auto or a format name (docs/data.md).")] = "auto",

@@ -97,9 +97,11 @@ def run_ray(chunks: Sequence[Chunk], store: RunStore, workers: int = 1, address:
         for model, grouped in itertools.groupby(chunks, key=lambda c: c.model):
             group = list(grouped)
             settings = group[0].settings
-            actors = [remote.remote(model.source, settings.device, settings.embedder, embed_fn, settings.backend,
-                                    settings)
-                      for _ in range(max(1, min(workers, len(group))))]
+            # a model served by several engines: the workers take its servers in turn
+            sources = model.sources
+            actors = [remote.remote(sources[i % len(sources)], settings.device, settings.embedder, embed_fn,
+                                    settings.backend, settings)
+                      for i in range(max(1, min(workers, len(group))))]
             try:
                 pool = ActorPool(actors)
                 for records in pool.map_unordered(lambda actor, chunk: actor.run.remote(chunk), group):

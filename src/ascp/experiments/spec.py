@@ -39,6 +39,11 @@ class TaskSpec:
 class ModelSpec:
     name: str  # the key in records
     source: str  # what `load_language_model` receives
+    replicas: tuple[str, ...] = ()  # more servers of the same model (engine specs); Ray workers share them out
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return (self.source, *self.replicas)
 
 
 @dataclass(frozen=True)
@@ -220,8 +225,19 @@ def _model(where: str, raw: Any, base: Path) -> ModelSpec:
         raw = _mapping(where, raw, ("name", "path"))
         if "path" not in raw:
             raise _fail(f"{where}.path", "missing; give default, a model folder, a .gguf file or a cached hub id.")
-        source = _model_source(f"{where}.path", raw["path"], base)
-        return ModelSpec(_name(f"{where}.name", raw["name"]) if "name" in raw else raw["path"], source)
+        path = raw["path"]
+        if isinstance(path, list):  # several servers of one model: engine specs only, and a name
+            from ascp.lm.engine import engine_of
+
+            if not path or not all(isinstance(p, str) and engine_of(p) for p in path):
+                raise _fail(f"{where}.path", "a list of paths must hold engine specs (vllm:http://HOST:PORT or "
+                                             "sglang:http://HOST:PORT), one per server of the same model.")
+            if "name" not in raw:
+                raise _fail(f"{where}.name", "missing; a model served by several engines needs a name for records.")
+            sources = [_model_source(f"{where}.path[{i}]", p, base) for i, p in enumerate(path)]
+            return ModelSpec(_name(f"{where}.name", raw["name"]), sources[0], tuple(sources[1:]))
+        source = _model_source(f"{where}.path", path, base)
+        return ModelSpec(_name(f"{where}.name", raw["name"]) if "name" in raw else path, source)
     return ModelSpec(raw, _model_source(where, raw, base))
 
 

@@ -143,6 +143,7 @@ class EngineModel(TokenizedModel):
         self.spec = EngineSpec.parse(spec)
         self.name = spec
         self.backend = self.spec.kind
+        self.in_flight = IN_FLIGHT  # the loop keeps this many cases' probes in flight (the server batches)
         self.client = client or EngineClient(self.spec.url)
         self.served, self._window, source = self._discover()
         self.tokenizer = _load_tokenizer(self.spec.tokenizer or source, f"model {spec!r}")
