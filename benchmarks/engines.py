@@ -44,6 +44,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from backends import timed  # noqa: E402
 from probe_speed import DEFAULT_POOLS, load_requests  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,12 +102,6 @@ def start_server(vllm: str, model_dir: str, device: str) -> tuple[subprocess.Pop
             if proc.poll() is not None or time.time() > deadline:
                 raise SystemExit(f"vLLM did not start (exit code {proc.poll()}); run it by hand to see why.") from None
             time.sleep(2)
-
-
-def timed(fn, *args, **kwargs) -> tuple[Any, float]:
-    start = time.perf_counter()
-    out = fn(*args, **kwargs)
-    return out, time.perf_counter() - start
 
 
 def main(argv: Sequence[str] | None = None) -> int:
