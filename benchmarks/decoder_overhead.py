@@ -47,10 +47,9 @@ def main() -> None:
     import torch
 
     from ascp.data import load_cases
-    from ascp.decoding import SteerConfig, generate_steered, steer_prompts
-    from ascp.lm.generation import SamplingConfig, derive_seed, generate
-    from ascp.lm.hf import HFLanguageModel
+    from ascp.lm.hf import HFLanguageModel, SamplingConfig, derive_seed, generate
     from ascp.lm.resolve import load_language_model
+    from ascp.lm.steering import SteerConfig, generate_steered, steer_prompts
 
     lm = load_language_model(args.model, device="cpu", backend="hf")  # measures the transformers loop
     if not args.stop_at_eos:

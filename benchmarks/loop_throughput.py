@@ -34,7 +34,7 @@ def generation_table(model: str, max_new_tokens: int) -> list[tuple[str, float, 
     import torch
 
     from ascp.data import load_cases
-    from ascp.lm.generation import SamplingConfig, _padded_prefill, derive_seed, generate
+    from ascp.lm.hf import SamplingConfig, _padded_prefill, derive_seed, generate
     from ascp.lm.resolve import load_language_model
 
     lm = load_language_model(model, device="cpu", backend="hf")  # measures the transformers loop

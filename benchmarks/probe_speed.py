@@ -188,7 +188,7 @@ def make_contextcite_runner(lm: Any, num_ablations: int) -> Callable[[Any], np.n
     finally:
         nltk.download = download
 
-    from ascp.prompts import PromptTemplate
+    from ascp.lm.prompts import PromptTemplate
 
     class BlockPartitioner(BaseContextPartitioner):
         """Sources = the passage blocks; ablating a source deletes its block."""
@@ -298,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ascp.attribution.loo import LeaveOneOut
     from ascp.attribution.probe import ProbeConfig, prepare_inputs
     from ascp.errors import AscpError
-    from ascp.lm.generation import SamplingConfig
+    from ascp.lm.hf import SamplingConfig
     from ascp.lm.resolve import load_language_model
     from ascp.lm.scoring import exact_loo_floor_tokens
     from ascp.types import AttributionRequest, Passage

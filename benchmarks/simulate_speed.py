@@ -41,10 +41,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"The real data file {args.pools} is absent (this benchmark needs ../shared/data).", file=sys.stderr)
         return 2
 
-    from ascp.consumers import Toy
     from ascp.data import load_cases
-    from ascp.embed import embed
-    from ascp.simulate import EmbeddingCache, pool_views, simulate_portfolios
+    from ascp.embed.embedders import embed
+    from ascp.loop.consumers import Toy
+    from ascp.loop.simulate import EmbeddingCache, pool_views, simulate_portfolios
 
     print(f"# simulate_speed: python {platform.python_version()}, {os.cpu_count()} cpus, "
           f"loadavg(1m) at start={os.getloadavg()[0]:.2f}", flush=True)

@@ -169,7 +169,7 @@ def test_documented_examples_run_verbatim(doc, heading, capsys):
 
 
 def test_citations_are_checked_against_the_reading(tiny_lm):
-    from ascp.citations import check_citations
+    from ascp.metrics.citations import check_citations
 
     att = ascp.Probe(tiny_lm, threshold=0.2).attribute(QUESTION, PASSAGES, RESPONSE)
     used = set(att.used)
@@ -214,7 +214,7 @@ def test_attribute_with_the_users_own_prompt(tiny_lm, tmp_path):
 
 
 def test_citation_checker_skips_prose_and_links(tiny_lm):
-    from ascp.citations import check_citations
+    from ascp.metrics.citations import check_citations
 
     att = ascp.Probe(tiny_lm, threshold=0.2).attribute(QUESTION, PASSAGES, RESPONSE)
     check = check_citations(att, "A claim [citation needed], see [the docs](http://x) and [a].")

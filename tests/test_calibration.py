@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from ascp import calibration as cal
 from ascp.cli import app
 from ascp.errors import AscpError
 from ascp.metrics import evidence_coverage_rate, thresholded_coverage, thresholded_used
 from ascp.types import Round
+from ascp.validation import calibration as cal
 from ascp.validation.analysis import Context
 
 runner = CliRunner()
@@ -190,7 +190,7 @@ def test_calibrate_bad_input_is_one_sentence_and_writes_nothing(tmp_path):
 
 def test_pairwise_entailment_redundancy_counts_ordered_pairs():
     from ascp.api import make_case
-    from ascp.nli import LexicalClaimMatcher
+    from ascp.metrics.nli import LexicalClaimMatcher
 
     # d1 and d2 say the same thing (each entails the other lexically), d3 shares no content word:
     # 2 of the 6 ordered pairs entail.

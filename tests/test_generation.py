@@ -7,7 +7,7 @@ import torch
 
 from ascp.attribution.probe import ProbeConfig, prepare_inputs
 from ascp.errors import AscpError
-from ascp.lm.generation import SamplingConfig, derive_seed, generate
+from ascp.lm.hf import SamplingConfig, derive_seed, generate
 from ascp.types import AttributionRequest, Passage
 
 PASSAGES = (

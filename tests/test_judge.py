@@ -12,9 +12,13 @@ import pytest
 from typer.testing import CliRunner
 
 from ascp.cli import app
-from ascp.embed import hashing_embed
+from ascp.embed.embedders import hashing_embed
 from ascp.errors import AscpError
-from ascp.judge import (
+from ascp.lm.protocol import LanguageModel, ScoredPrompts
+from ascp.lm.tiny import build_tokenizer
+from ascp.lm.tokenized import TokenizedModel
+from ascp.types import Round
+from ascp.validation.judge import (
     JudgedPortfolio,
     judge_portfolios,
     judge_statistics,
@@ -24,10 +28,6 @@ from ascp.judge import (
     spearman,
     top1_agreement,
 )
-from ascp.lm.protocol import LanguageModel, ScoredPrompts
-from ascp.lm.tiny import build_tokenizer
-from ascp.lm.tokenized import TokenizedModel
-from ascp.types import Round
 
 # Total log-probability of each answer word; P(yes) = (e^-1 + e^-2) / (e^-1 + e^-2 + e^-3 + e^-0.5).
 ANSWER_LOGPROBS = {"Yes": -1.0, "yes": -2.0, "No": -3.0, "no": -0.5}

@@ -120,8 +120,8 @@ def test_generation_is_seeded_per_row_and_repeatable(lcpp):
 
 
 def test_steered_decoding_runs_three_streams(lcpp):
-    from ascp.decoding import SteerConfig, SteerStreams, generate_steered
     from ascp.lm.sampling import SamplingConfig
+    from ascp.lm.steering import SteerConfig, SteerStreams, generate_steered
 
     ps = passages(4)
     full = lcpp.encode_prompt(QUESTION, ps)

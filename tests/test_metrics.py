@@ -1,4 +1,4 @@
-"""Hand-computed checks of every metric in ascp.metrics (arithmetic in the comments)."""
+"""Hand-computed checks of every metric in ascp.metrics.portfolio (arithmetic in the comments)."""
 
 from __future__ import annotations
 

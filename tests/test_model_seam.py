@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 import ascp
-from ascp.decoding import SteerConfig
 from ascp.errors import AscpError
-from ascp.lm.generation import Generation, SamplingConfig
+from ascp.lm.hf import Generation, SamplingConfig
 from ascp.lm.protocol import LanguageModel, ScoredPrompts, SteerableModel
+from ascp.lm.steering import SteerConfig
 from ascp.lm.tiny import build_tokenizer
 from ascp.lm.tokenized import TokenizedModel
 

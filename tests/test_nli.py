@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from ascp.cli import app
 from ascp.errors import AscpError
 from ascp.metrics import portfolio_recall
-from ascp.nli import (
+from ascp.metrics.nli import (
     LexicalClaimMatcher,
     NLIClaimMatcher,
     check_nli_model,
@@ -177,7 +177,7 @@ def fast_cli(monkeypatch):
     """`ascp run` in process with the hashing embedder in place of MiniLM (schedulers, diversity)."""
     from ascp.experiments.embedders import hashing_embed
 
-    monkeypatch.setattr("ascp.embed.embed", lambda texts, *args, **kwargs: hashing_embed(texts))
+    monkeypatch.setattr("ascp.embed.embedders.embed", lambda texts, *args, **kwargs: hashing_embed(texts))
     monkeypatch.setenv("COLUMNS", "200")
 
 

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import ascp
-from ascp.consumers import Toy
+from ascp.loop.consumers import Toy
+from ascp.loop.simulate import compare, pool_views, simulate_portfolios, write_simulation
 from ascp.render.pages import attribution_page, run_folders, run_page
-from ascp.simulate import compare, pool_views, simulate_portfolios, write_simulation
 from ascp.types import AnswerUnit, Case, Passage
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

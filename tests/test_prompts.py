@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ascp.errors import AscpError
-from ascp.prompts import INSTRUCTIONS, PromptTemplate
+from ascp.lm.prompts import INSTRUCTIONS, PromptTemplate
 from ascp.types import Passage
 
 PASSAGES = (
@@ -162,7 +162,7 @@ def test_loo_stays_exact_under_a_user_template(tiny_lm, random_item):
 
 
 def test_an_instruction_and_a_template_do_not_mix():
-    from ascp.api import prompt_template
+    from ascp.lm.prompts import prompt_template
 
     assert prompt_template("commit", "A {passages} B {question}").prefix == "A "
     with pytest.raises(AscpError, match="does not apply with your own prompt template"):

@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 from ascp.cli import app
 from ascp.data import UNRANKED_ORDER, auto_order, load_cases, load_cases_with_order
 from ascp.data.alce import merged_retrievers, read_alce
-from ascp.embed import check_embedder, embedded_minilm_dir, embedder_id, hashing_embed, mpnet_dir
+from ascp.embed.embedders import check_embedder, embedded_minilm_dir, embedder_id, hashing_embed, mpnet_dir
 from ascp.errors import AscpError
-from ascp.simulate import EmbeddingCache
+from ascp.loop.simulate import EmbeddingCache
 
 SHARED_ASQA = Path(__file__).resolve().parents[2] / "shared" / "data" / "asqa" / "asqa_wikidpr_pools.json"
 QUESTION = "Who painted the Mona Lisa?"
@@ -176,7 +176,7 @@ def test_the_embedding_cache_refuses_another_embedders_vectors(tmp_path):
 
 @pytest.mark.skipif(mpnet_dir() is None, reason="all-mpnet-base-v2 is not assembled (`make mpnet`)")
 def test_mpnet_embeds_offline_in_768_dimensions():
-    from ascp.embed import embed
+    from ascp.embed.embedders import embed
 
     vectors = embed([QUESTION, DOCS[2]["text"], DOCS[0]["text"]], "mpnet")
     assert vectors.shape == (3, 768)

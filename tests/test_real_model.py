@@ -34,7 +34,7 @@ def real_lm():
 
 @pytest.fixture(scope="module")
 def demo_requests():
-    from ascp.requests import load_requests
+    from ascp.attribution.requests import load_requests
 
     return {r.id: r for r in load_requests(DEMO)}
 
@@ -80,7 +80,7 @@ def test_canberra_passage_carries_the_answer(canberra):
 
 def test_free_protocol_generation_is_deterministic(real_lm, demo_requests):
     from ascp.attribution.probe import ProbeConfig, prepare_inputs
-    from ascp.lm.generation import SamplingConfig
+    from ascp.lm.hf import SamplingConfig
 
     request = demo_requests["eiffel-opening"]
     assert request.response is None

@@ -12,10 +12,10 @@ import zlib
 import numpy as np
 import pytest
 
-from ascp.consumers import Consumption, Oracle, Replay, Toy, make_consumer
-from ascp.embed import embedded_minilm_dir
+from ascp.embed.embedders import embedded_minilm_dir
 from ascp.errors import AscpError
-from ascp.simulate import EmbeddingCache, compare, pool_views, simulate_portfolios, split_policies
+from ascp.loop.consumers import Consumption, Oracle, Replay, Toy, make_consumer
+from ascp.loop.simulate import EmbeddingCache, compare, pool_views, simulate_portfolios, split_policies
 from ascp.stats import consumption_independence
 from ascp.types import AnswerUnit, Case, Passage
 

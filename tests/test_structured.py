@@ -17,7 +17,7 @@ from ascp.errors import AscpError
 from ascp.experiments import Condition, load_spec, make_plan, run_experiment
 from ascp.experiments.execute import loop_config
 from ascp.experiments.spec import Settings
-from ascp.prompts import INSTRUCTIONS, STRUCTURED, PromptTemplate, base_instruction, is_structured
+from ascp.lm.prompts import INSTRUCTIONS, STRUCTURED, PromptTemplate, base_instruction, is_structured
 from ascp.report import write_report
 from ascp.report.build import build_tables
 from ascp.report.frame import unit_frame
@@ -107,7 +107,7 @@ def test_spec_grid_budget_axis(tmp_path, tiny_model_dir):
 
 
 def test_the_generation_budget_is_max_new_tokens_times_budget(tmp_path, tiny_model_dir, monkeypatch):
-    import ascp.loop
+    import ascp.loop.portfolios
 
     settings = Settings(max_new_tokens=3)
     assert loop_config(Condition.parse(STRUCT), 0, settings).sampling.max_new_tokens == 12
@@ -121,14 +121,14 @@ def test_the_generation_budget_is_max_new_tokens_times_budget(tmp_path, tiny_mod
     assert manifest["conditions"] == ["rotate(k=2,T=4,arm=rotation,estimator=loo,instruction=commit)"]
     assert "budget" not in json.dumps(manifest["settings"])
     calls: list[tuple[int, int]] = []  # (max_new_tokens, longest generation) per generation batch
-    real = ascp.loop.generate_steered
+    real = ascp.loop.portfolios.generate_steered
 
     def spy(lm, items, sampling, *args):
         gens = real(lm, items, sampling, *args)
         calls.append((sampling.max_new_tokens, max(len(g.token_ids) for g in gens)))
         return gens
 
-    monkeypatch.setattr(ascp.loop, "generate_steered", spy)
+    monkeypatch.setattr(ascp.loop.portfolios, "generate_steered", spy)
     out = tmp_path / "run"
     run_experiment(plan.spec, out, plan=plan)
     records = [json.loads(line) for line in (out / "units.jsonl").read_text().splitlines()]

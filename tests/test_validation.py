@@ -12,9 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from ascp.cli import app
-from ascp.embed import embedded_minilm_dir
+from ascp.embed.embedders import embedded_minilm_dir
 from ascp.errors import AscpError
-from ascp.lm.generation import SamplingConfig
+from ascp.lm.hf import SamplingConfig
 from ascp.metrics import unit_recovered
 from ascp.types import AnswerUnit, Case, Passage
 from ascp.validation.analysis import (

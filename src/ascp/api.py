@@ -19,14 +19,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ascp.errors import AscpError
+from ascp.lm.prompts import prompt_template
 from ascp.types import AnswerUnit, AttributionRequest, AttributionResult, Case, Passage, Portfolio
 
 if TYPE_CHECKING:
-    from ascp.decoding import SteerConfig
+    from ascp.lm.prompts import PromptTemplate
     from ascp.lm.protocol import LanguageModel
     from ascp.lm.sampling import SamplingConfig
-    from ascp.metrics import Matcher
-    from ascp.prompts import PromptTemplate
+    from ascp.lm.steering import SteerConfig
+    from ascp.metrics.answers import Matcher
     from ascp.schedulers.base import EmbedFn
 
 PassageLike = Passage | Mapping[str, Any] | str
@@ -53,7 +54,7 @@ def default_model() -> LanguageModel:
 
 def as_passages(items: Iterable[PassageLike], what: str = "passages") -> tuple[Passage, ...]:
     """Passages from dicts, `Passage`s or strings, in the given order; ids must be unique."""
-    from ascp.requests import parse_passages
+    from ascp.attribution.requests import parse_passages
 
     if isinstance(items, (str, Mapping, Passage)):
         raise AscpError(f"{what} must be a list of passages (dicts, ascp.Passage or strings), not a single "
@@ -124,25 +125,8 @@ class Probe:
         return results
 
 
-def prompt_template(instruction: str = "commit", template: PromptTemplate | str | None = None,
-                    system: str = "") -> PromptTemplate:
-    """The prompt: a named instruction, or the user's own template, with an optional system message."""
-    from dataclasses import replace
-
-    from ascp.prompts import PromptTemplate
-
-    if template is not None and instruction != "commit":
-        raise AscpError(f"the instruction {instruction!r} does not apply with your own prompt template (the "
-                        "template is the whole instruction); give one or the other.")
-    if isinstance(template, PromptTemplate):
-        return replace(template, system=system or template.system)
-    if template is not None:
-        return PromptTemplate.from_format(template, system=system)
-    return replace(PromptTemplate.named(instruction), system=system)
-
-
 def _as_request(index: int, request: AttributionRequest | Mapping[str, Any]) -> AttributionRequest:
-    from ascp.requests import parse_request
+    from ascp.attribution.requests import parse_request
 
     if isinstance(request, AttributionRequest):
         return request
@@ -197,15 +181,15 @@ def run_portfolios(cases: Sequence[Case], *, policy: str = "ascp", k: int = 5, T
     steer: a `SteerConfig` (Eq. 5 + APC from round 2 on) or None; embed_fn: texts -> unit
     embeddings (default: the embedded MiniLM). nli_model: how claim units (ELI5) are recalled
     (ALCE claim recall, Sec. 7.1): a local NLI model folder, `"lexical"` (an approximation, not
-    ALCE's metric) or a ready matcher `(unit, response) -> bool` (`ascp.nli`); cases with claim
+    ALCE's metric) or a ready matcher `(unit, response) -> bool` (`ascp.metrics.nli`); cases with claim
     units and no nli_model fail before any generation.
     """
     from ascp.attribution import make_estimator
-    from ascp.embed import embed
+    from ascp.embed.embedders import embed
     from ascp.lm.sampling import SamplingConfig
-    from ascp.loop import LoopConfig
-    from ascp.nli import require_matcher, resolve_matcher
-    from ascp.runner import run_policy
+    from ascp.loop.portfolios import LoopConfig
+    from ascp.loop.runner import run_policy
+    from ascp.metrics.nli import require_matcher, resolve_matcher
     from ascp.schedulers import check_scheduler
 
     check_scheduler(policy)

@@ -11,3 +11,12 @@ def ascp_home() -> Path:
     root = Path(os.environ.get("ASCP_HOME") or Path.home() / ".cache" / "ascp").expanduser()
     root.mkdir(parents=True, exist_ok=True)
     return root
+
+
+def derived_path(source: Path, suffix: str = "") -> Path:
+    """Where a file derived from `source` (a GGUF file) is cached: keyed by its path, size and mtime."""
+    import hashlib
+
+    stat = source.stat()
+    key = hashlib.sha256(f"{source.resolve()}|{stat.st_size}|{int(stat.st_mtime)}".encode()).hexdigest()[:12]
+    return ascp_home() / "models" / f"{source.stem}-{key}{suffix}"

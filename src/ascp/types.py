@@ -124,9 +124,7 @@ class AttributionResult:
         """The same reading for the response tokens overlapping characters [start, end) of the
         response: per-token LOO averaged over those tokens only, from the stored log-probabilities
         (no new model passes)."""
-        import numpy as np
-
-        from ascp.attribution.base import read_scores
+        from ascp.attribution.reading import read_span
         from ascp.errors import AscpError
 
         if self.token_logprobs is None:
@@ -137,10 +135,8 @@ class AttributionResult:
         tokens = [i for i, (a, b) in enumerate(self.token_logprobs.spans) if a < end and b > start and b > a]
         if not tokens:
             raise AscpError(f"no response token overlaps characters [{start}, {end}).")
-        full = np.asarray(self.token_logprobs.full)[tokens]
-        ablated = np.asarray(self.token_logprobs.ablated)[:, tokens]
-        raw = full.mean() - ablated.mean(axis=1)
-        reading = read_scores(list(self.scores), raw, self.threshold)
+        reading = read_span(list(self.scores), self.token_logprobs.full, self.token_logprobs.ablated, tokens,
+                            self.threshold)
         return replace(self, response=self.response[start:end], response_tokens=len(tokens),
                        scores=reading.scores, normalized=reading.normalized, used=reading.used, seconds=0.0,
                        token_logprobs=None)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ascp.attribution.base import Estimator, free_threshold, normalize, used_mask
+from ascp.attribution.base import Estimator
+from ascp.attribution.reading import free_threshold, normalize, used_mask
 from ascp.errors import AscpError
 from ascp.params import Param, validate
 

@@ -1,22 +1,21 @@
-"""The estimator contract, score normalisation and the binary "used" decision.
+"""The estimator contract: what an estimator reads (`ProbeInput`) and returns (`Scores`).
 
 Every estimator reads a `ProbeInput` (question, ordered passages, the encoded prompt and the
 fixed response) and returns `Scores`: one raw score per passage, in context order, with the
 tokens it fed the model. Estimators hold only their settings (they are stateless across calls).
 The expensive model passes go through the model seam (`lm.score`); normalisation and thresholds
-are cheap functions over the stored numbers (`read_scores`).
+are cheap functions over the stored numbers (`ascp.attribution.reading`, re-exported here).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-from numpy.typing import ArrayLike
 
+from ascp.attribution.reading import Reading, free_threshold, normalize, read_scores, used_mask
 from ascp.lm.encoded import EncodedPrompt
 from ascp.params import Param
 from ascp.types import Passage
@@ -63,43 +62,4 @@ class Estimator(ABC):
         """Raw score per passage (context order), with the tokens processed."""
 
 
-def normalize(raw: ArrayLike) -> np.ndarray:
-    """a(d) = [raw(d)]_+ / sum_d' [raw(d')]_+ ; all zeros when no score is positive."""
-    pos = np.clip(np.asarray(raw, dtype=np.float64), 0.0, None)
-    total = pos.sum()
-    return pos / total if total > 0 else pos
-
-
-def free_threshold(k: int, scale: float = 0.555, exponent: float = -0.633) -> float:
-    """The paper's free-generation threshold tau(k) = 0.555 k^-0.633 on normalised scores."""
-    return scale * float(k) ** exponent
-
-
-def used_mask(normalized: ArrayLike, threshold: float) -> np.ndarray:
-    """A passage is used when its normalised score reaches the threshold (and is positive)."""
-    a = np.asarray(normalized, dtype=np.float64)
-    return (a >= threshold) & (a > 0)
-
-
-@dataclass(frozen=True)
-class Reading:
-    """Raw scores turned into the probe's reading of one context (all keyed by passage id)."""
-
-    scores: dict[str, float]
-    normalized: dict[str, float]
-    used: tuple[str, ...]
-    threshold: float
-
-
-def read_scores(ids: Sequence[str], raw: ArrayLike, threshold: float | None = None) -> Reading:
-    """Normalise raw scores and apply the used threshold (None: the free-generation tau(k))."""
-    ids = list(ids)
-    norm = normalize(raw)
-    cut = free_threshold(len(ids)) if threshold is None else float(threshold)
-    used = used_mask(norm, cut)
-    return Reading(
-        scores={d: float(s) for d, s in zip(ids, np.asarray(raw, dtype=np.float64), strict=True)},
-        normalized={d: float(s) for d, s in zip(ids, norm, strict=True)},
-        used=tuple(d for d, u in zip(ids, used, strict=True) if u),
-        threshold=cut,
-    )
+__all__ = ["Estimator", "ProbeInput", "Reading", "Scores", "free_threshold", "normalize", "read_scores", "used_mask"]

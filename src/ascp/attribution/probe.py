@@ -14,11 +14,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ascp.attribution.base import Estimator, ProbeInput, read_scores
+from ascp.attribution.base import Estimator, ProbeInput
+from ascp.attribution.reading import read_scores
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
+from ascp.lm.prompts import PromptTemplate
 from ascp.lm.sampling import SamplingConfig, derive_seed
-from ascp.prompts import PromptTemplate
 from ascp.types import AttributionRequest, AttributionResult, TokenLogprobs
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ascp.attribution.base import Estimator, ProbeInput, Scores
-from ascp.embed import DEFAULT_EMBEDDER, embed
+from ascp.embed.embedders import DEFAULT_EMBEDDER, embed
 from ascp.params import Param
 from ascp.types import Passage
 

@@ -117,8 +117,8 @@ def density_command(
         import json
 
         from ascp.data import load_cases_with_order
-        from ascp.data.density import density_by_task
-        from ascp.embed import check_embedder, resolve_embedder
+        from ascp.embed.embedders import check_embedder, resolve_embedder
+        from ascp.metrics.density import density_by_task
 
         # dense re-ranking only (loaded if used); the default is checked then, so given/bm25 need no MiniLM
         embed_fn = resolve_embedder(embedder if embedder == "default" else check_embedder(embedder))
@@ -128,7 +128,7 @@ def density_command(
             raise AscpError(f"output folder {out_path.parent} does not exist; create it first.")
         matcher = None
         if nli_model is not None:
-            from ascp.data.matching import NLIMatcher
+            from ascp.metrics.attestation import NLIMatcher
 
             matcher = NLIMatcher(nli_model)
         results: list[tuple] = []  # (file, density): one row per task per file
@@ -139,7 +139,7 @@ def density_command(
                                                             require_pool=False, depth=depth, embed_fn=embed_fn)
             with err.status(f"attesting gold units in {path.name}"):
                 results.extend((path, d) for d in density_by_task(cases, max_rank=max_rank, matcher=matcher))
-        from ascp.display import density_table
+        from ascp.render.console import density_table
 
         table = density_table(results, rank_by, max_rank)
         out.print(table)
@@ -166,8 +166,8 @@ def report_command(
         "score) or an `ascp calibrate` folder (default: the calibrated default, docs/calibration.md).")] = None,
 ) -> None:
     """Write paper-layout tables (markdown, LaTeX), PNG figures and an HTML page for an experiment run."""
+    from ascp.experiments.reproduce import PRESET_CLAIMS, PRESETS
     from ascp.report import write_report
-    from ascp.reproduce import PRESET_CLAIMS, PRESETS
 
     with user_errors():
         if (directory / "comparison.json").is_file():  # an `ascp simulate` folder: its comparison table
@@ -181,7 +181,7 @@ def report_command(
         claims = PRESET_CLAIMS[preset] if preset else ()
         title = f"ascp reproduce --preset {preset}" if preset else None
         if used_threshold is not None:
-            from ascp.calibration import resolve_used_threshold
+            from ascp.attribution.reading import resolve_used_threshold
 
             resolve_used_threshold(used_threshold)  # a bad value fails before the store is read
         report = write_report(directory, out_dir, n_boot=n_boot, seed=seed, claims=claims, title=title,
@@ -206,7 +206,7 @@ def reproduce_command(
     embedder: EmbedderOverrideOpt = None,
 ) -> None:
     """Run a packaged reduction of the paper's experiments, then report which of its signs reproduce."""
-    from ascp.reproduce import reproduce
+    from ascp.experiments.reproduce import reproduce
 
     with user_errors():
         bar, on_start, progress = _experiment_progress(preset)

@@ -1,4 +1,4 @@
-"""`ascp judge`: the judge meta-evaluation of Fig. 7 over a run's portfolios (`ascp.judge`)."""
+"""`ascp judge`: the judge meta-evaluation of Fig. 7 over a run's portfolios (`ascp.validation.judge`)."""
 
 from __future__ import annotations
 
@@ -33,9 +33,9 @@ def judge_command(
     from log-probabilities) and correlate the probe's ECR with it (Fig. 7)."""
     with user_errors():
         from ascp.api import load_model
-        from ascp.embed import check_embedder, resolve_embedder
-        from ascp.judge import check_judge_out, judge_portfolios, load_portfolios, prompts_used, write_judge
+        from ascp.embed.embedders import check_embedder, resolve_embedder
         from ascp.lm.protocol import backend_name, model_name
+        from ascp.validation.judge import check_judge_out, judge_portfolios, load_portfolios, prompts_used, write_judge
 
         embedder = check_embedder(embedder)  # a missing embedder fails before any work
         source, portfolios = load_portfolios(run_dir, limit)

@@ -38,9 +38,9 @@ def run_attribution(
     system: str = "", backend: str = "auto", embedder: str | None = None,
 ) -> None:
     from ascp.api import Probe, load_model
+    from ascp.attribution.requests import load_requests
     from ascp.jsonio import write_jsonl
     from ascp.lm.sampling import SamplingConfig
-    from ascp.requests import load_requests
 
     # Everything that can be checked without the model is checked first (Probe's settings too,
     # with a stand-in for the model).
@@ -73,7 +73,7 @@ def run_attribution(
             handle.write(page)
         err.print(f"wrote {html_path}")
     if show:
-        from ascp.display import print_results
+        from ascp.render.console import print_results
 
         print_results(out, requests, results)
 
@@ -81,7 +81,7 @@ def run_attribution(
 
 def proxy_embedder(estimators: list[str], embedder: str | None) -> dict[str, str]:
     """`--embedder` of the cosine proxies, checked before any work: {"embedder": canonical} or {}."""
-    from ascp.embed import check_embedder
+    from ascp.embed.embedders import check_embedder
 
     if embedder is None:
         return {}
@@ -188,7 +188,7 @@ def validate_probe(
         from ascp.data import load_cases
         from ascp.lm.resolve import load_language_model
         from ascp.lm.sampling import SamplingConfig
-        from ascp.runio import check_out_dir
+        from ascp.loop.runfolder import check_out_dir
         from ascp.validation import experiment as vx
         from ascp.validation.pools import PADDINGS
         from ascp.validation.report import build_summary, write_outputs
@@ -255,10 +255,10 @@ def calibrate_command(
 ) -> None:
     """Calibrate the width-invariant used threshold, fit tau_free(k) and the width elasticity (Sec. 4.4, Fig. 4)."""
     with user_errors():
-        from ascp.calibration import calibrate, redundancy
         from ascp.jsonio import check_replaceable, read_jsonl, staged_folder
         from ascp.report.calibration import write_calibration
         from ascp.validation.analysis import contexts
+        from ascp.validation.calibration import calibrate, redundancy
 
         if bootstrap < 100:
             raise AscpError(f"--bootstrap must be at least 100, got {bootstrap}.")
@@ -285,7 +285,7 @@ def calibrate_command(
             raise AscpError("--nli-model measures the pools' pairwise entailment and needs --data (the validated "
                             "cases' file); add --data or drop --nli-model.")
         if nli_model is not None:
-            from ascp.nli import check_nli_model
+            from ascp.metrics.nli import check_nli_model
 
             check_nli_model(nli_model)  # a bad folder fails before any work
         strata = None
@@ -301,7 +301,7 @@ def calibrate_command(
                                 "validate-probe runs.")
             entails = None
             if nli_model is not None:
-                from ascp.nli import load_nli_matcher
+                from ascp.metrics.nli import load_nli_matcher
 
                 with err.status(f"loading NLI model {nli_model!r}"):
                     entails = load_nli_matcher(nli_model).entails

@@ -50,11 +50,11 @@ def execute_run(
     """Run one policy over loaded cases with a progress bar; returns (portfolios, case rows, lm).
 
     `steer`: a `SteerConfig` for attribution-steered decoding from round 2 on, or None;
-    `matcher`: decides claim units (ELI5), see `ascp.nli`; required when a case has them;
+    `matcher`: decides claim units (ELI5), see `ascp.metrics.nli`; required when a case has them;
     `embed_fn`: the `--embedder` (None: the embedded MiniLM).
     """
     from ascp.api import load_model, run_portfolios
-    from ascp.nli import require_matcher
+    from ascp.metrics.nli import require_matcher
 
     for case in cases:
         if len(case.pool) < k:
@@ -114,10 +114,10 @@ def run(
     """Run T rounds of one scheduling policy on every case and write the portfolio with its metrics."""
     with user_errors():
         from ascp.data import load_cases_with_order
-        from ascp.decoding import SteerConfig
-        from ascp.display import summary_table
         from ascp.lm.protocol import backend_name
-        from ascp.runio import check_out_dir, write_run
+        from ascp.lm.steering import SteerConfig
+        from ascp.loop.runfolder import check_out_dir, write_run
+        from ascp.render.console import summary_table
 
         _validate_run_args(policy, k, T, estimator)
         if limit is not None and limit < 1:
@@ -126,16 +126,16 @@ def run(
             raise AscpError("--alpha, --eta, --no-contrast and --no-apc only apply with --steer; add --steer.")
         steer_config = SteerConfig(alpha=0.5 if alpha is None else alpha, eta=0.1 if eta is None else eta,
                                    contrast=contrast, apc=apc) if steer else None
-        from ascp.api import prompt_template
+        from ascp.lm.prompts import prompt_template
         from ascp.lm.sampling import SamplingConfig
 
         prompt = read_template(template)
         prompt_template(template=prompt, system=system)  # a bad template fails before any work
-        from ascp.embed import check_embedder, resolve_embedder
+        from ascp.embed.embedders import check_embedder, resolve_embedder
 
         embedder = check_embedder(embedder)  # a missing embedder fails before any work
         embed_fn = resolve_embedder(embedder)
-        from ascp.nli import check_nli_model, load_nli_matcher, matcher_name, require_matcher
+        from ascp.metrics.nli import check_nli_model, load_nli_matcher, matcher_name, require_matcher
 
         if nli_model is not None:
             check_nli_model(nli_model)
@@ -172,9 +172,9 @@ def demo(
     """Compare ascp, rotate and vanilla portfolios on the bundled demo set (embedded defaults)."""
     with user_errors():
         from ascp.data import load_cases
-        from ascp.display import portfolio_panel, summary_table
-        from ascp.embed import check_embedder, resolve_embedder
-        from ascp.runio import summarize
+        from ascp.embed.embedders import check_embedder, resolve_embedder
+        from ascp.loop.runfolder import summarize
+        from ascp.render.console import portfolio_panel, summary_table
 
         embed_fn = resolve_embedder(check_embedder(embedder))
 
@@ -216,14 +216,12 @@ def simulate_command(
 ) -> None:
     """The closed loop with a model-free consumer in place of the generator and probe: seconds per policy."""
     with user_errors():
-        from ascp.consumers import Oracle, Replay, make_consumer
         from ascp.data import load_cases_with_order
-        from ascp.embed import check_embedder, embedder_id, resolve_embedder
+        from ascp.embed.embedders import check_embedder, embedder_id, resolve_embedder
         from ascp.jsonio import check_replaceable
-        from ascp.paths import ascp_home
-        from ascp.runio import check_out_dir
-        from ascp.schedulers import check_scheduler
-        from ascp.simulate import (
+        from ascp.loop.consumers import Oracle, Replay, make_consumer
+        from ascp.loop.runfolder import check_out_dir
+        from ascp.loop.simulate import (
             EmbeddingCache,
             compare,
             pool_views,
@@ -231,6 +229,8 @@ def simulate_command(
             split_policies,
             write_simulation,
         )
+        from ascp.paths import ascp_home
+        from ascp.schedulers import check_scheduler
 
         policies = split_policies(policy)
         if not policies:
@@ -283,7 +283,7 @@ def simulate_command(
                   "limit": limit, "min_pool": min_pool,
                   "k": k, "T": T, "consumer": reader.name, "seed": seed, "n_boot": n_boot, "cases": len(cases)}
         write_simulation(out_dir, cases, results, config, comparison)
-        from ascp.display import simulation_table
+        from ascp.render.console import simulation_table
 
         out.print(simulation_table(comparison, title=f"{data.name}: {len(cases)} cases, k={k}, T={T}, "
                                                       f"consumer {reader.name}"))

@@ -3,7 +3,7 @@
 Gold units, one per:
 - ASQA    `qa_pairs[*]`       aliases = its `short_answers` (pairs without short answers are skipped);
 - QAMPARI `answers[*]`        aliases = that alias list (a bare string is one alias);
-- ELI5    `claims[*]`         a claim unit (no aliases; matched by NLI entailment, `ascp.data.matching`).
+- ELI5    `claims[*]`         a claim unit (no aliases; matched by NLI entailment, `ascp.metrics.attestation`).
 
 The pool is `docs` (`{id?, title, text, score?}`), in file order; a doc without an `id` is named
 `d<position>`, duplicate ids and empty texts are dropped (first occurrence kept).

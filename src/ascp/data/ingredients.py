@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from ascp.metrics import normalize_answer
+from ascp.metrics.answers import normalize_answer
 
 
 def _words(text: str) -> frozenset[str]:

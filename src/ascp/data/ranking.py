@@ -22,7 +22,7 @@ RANKERS = ("given", "dense", "bm25")
 
 
 def _dense_scores(case: Case, embed_fn: Callable[[Sequence[str]], np.ndarray] | None = None) -> np.ndarray:
-    from ascp.embed import embed
+    from ascp.embed.embedders import embed
 
     vectors = (embed_fn or embed)([case.question, *(p.full_text for p in case.pool)])
     return vectors[1:] @ vectors[0]

@@ -24,7 +24,7 @@ recipes (the retrieval file's, within depth) whose key neither occurs in nor con
 ingredient's key (as a contiguous token subsequence: "azúcar blanco" and "harina" are not new
 beside a source "azúcar" and "harina para tamal"), merged by key; aliases = the normalised
 surface forms seen (accented and accent-free); a unit is kept only when some retrieved passage
-attests it (`ascp.data.matching.attests`). Deeper corpus passages add no gold (taking every
+attests it (`ascp.metrics.attestation.attests`). Deeper corpus passages add no gold (taking every
 ingredient of a 30-recipe pool gives ~146 units a query, each attested by the passage it came
 from, so rho would be 1 by construction); they can only attest it, which is what their relevance
 density measures. Corpus recipes list ingredients without separators; their passage text splits
@@ -43,8 +43,8 @@ from pathlib import Path
 import numpy as np
 
 from ascp.data.ingredients import ingredient_key, ingredient_names, strip_accents, surface_forms
-from ascp.data.matching import attestation_matrix
 from ascp.errors import AscpError
+from ascp.metrics.attestation import attestation_matrix
 from ascp.types import AnswerUnit, Case, Passage
 
 QUERIES_FILE = "carriage_queries_latam.tsv"

@@ -16,7 +16,7 @@ every round). The arm is a label derived from the scheduler, never a modifier of
 policy: giving only the arm picks the scheduler, giving both requires them to agree, and the
 other policies carry no arm.
 
-Steering (Eq. 5 + APC, `ascp.decoding.SteerConfig`): `steer` is the strength alpha, or None for
+Steering (Eq. 5 + APC, `ascp.lm.steering.SteerConfig`): `steer` is the strength alpha, or None for
 ordinary decoding in every round (the default); `eta` is the plausibility cutoff, used only when
 steering (alpha=0 with eta>0 is APC only; eta=0 is the contrast only).
 
@@ -91,7 +91,7 @@ class Condition:
 
     def __post_init__(self) -> None:
         from ascp.attribution import ESTIMATOR_NAMES
-        from ascp.prompts import INSTRUCTIONS, is_structured
+        from ascp.lm.prompts import INSTRUCTIONS, is_structured
         from ascp.schedulers import ALIASES, SCHEDULER_NAMES
 
         policy = ALIASES.get(self.policy, self.policy)

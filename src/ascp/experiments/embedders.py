@@ -4,7 +4,7 @@
 a sentence-transformers folder; or `hashing`: character-trigram counts of the space-padded text
 hashed into 256 dimensions (crc32, so the same in every process), unit-normalised. `hashing`
 needs no model: it is meant for smoke runs and tests, not for measurements, since its facets are
-lexical, not semantic. The names are resolved in `ascp.embed` (shared with the other commands).
+lexical, not semantic. The names are resolved in `ascp.embed.embedders` (shared with the other commands).
 
 Every embedder is wrapped in a memo keyed on the whole call (the tuple of texts), so a case's
 pool is embedded once per process however many conditions and seeds reuse it, and each call
@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ascp.embed import HASHING, check_embedder, hashing_embed, resolve_embedder
+from ascp.embed.embedders import HASHING, check_embedder, hashing_embed, resolve_embedder
 
 EmbedFn = Callable[[Sequence[str]], np.ndarray]
 

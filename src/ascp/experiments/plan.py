@@ -129,7 +129,7 @@ def make_plan(spec: ExperimentSpec) -> Plan:
                 raise AscpError(f"task {task.name}: case {small.id!r} has a pool of {len(small.pool)} passages, "
                                 f"fewer than k={condition.k} of condition {condition.name}; lower k or drop the case.")
         cases[task.name] = loaded
-    from ascp.nli import require_matcher
+    from ascp.metrics.nli import require_matcher
 
     for name, loaded in cases.items():  # claim units (ELI5) need a matcher: fail before any model loads
         require_matcher(loaded, spec.settings.nli_model is not None, prefix=f"spec field nli_model: task {name}: ")
@@ -144,7 +144,6 @@ def check_condition(condition: Condition, settings: Settings) -> None:
 
     from ascp.attribution import make_estimator
     from ascp.experiments.embedders import hashing_embed
-    from ascp.experiments.execute import loop_config
     from ascp.schedulers import make_scheduler, pool_view_from_embeddings
     from ascp.types import AnswerUnit, Passage
 
@@ -159,3 +158,27 @@ def check_condition(condition: Condition, settings: Settings) -> None:
         make_scheduler(condition.scheduler, view, condition.k, condition.T, np.random.default_rng(0))
     except AscpError as exc:
         raise AscpError(f"condition {condition.name}: {exc}") from None
+
+
+def loop_config(condition: Condition, seed: int, settings: Settings):
+    """The `LoopConfig` of one condition and seed. A structured single response (`budget` B) decodes up to
+    B x the spec's max_new_tokens; the loop checks that prompt plus that many tokens fit the model's window."""
+    from dataclasses import replace
+
+    from ascp.lm.prompts import prompt_template
+    from ascp.loop.portfolios import LoopConfig
+
+    sampling = settings.sampling()
+    if condition.budget is not None:
+        sampling = replace(sampling, max_new_tokens=settings.max_new_tokens * condition.budget)
+    kwargs: dict[str, Any] = dict(
+        policy=condition.scheduler, k=condition.k, T=condition.T, estimator=condition.estimator, seed=seed,
+        sampling=sampling,
+        template=prompt_template(condition.instruction, settings.template, settings.system),
+        threshold=settings.threshold, batch_size=settings.batch_size,
+    )
+    if condition.steer is not None:
+        from ascp.lm.steering import SteerConfig
+
+        kwargs["steer"] = SteerConfig(alpha=condition.steer, eta=0.1 if condition.eta is None else condition.eta)
+    return LoopConfig(**kwargs)

@@ -37,7 +37,7 @@ def prepare(spec: ExperimentSpec | str | Path, executor: str = "local", workers:
     if executor == "ray":
         import_ray()
     if embedder is not None:
-        from ascp.embed import EMBEDDER_NAMES, check_embedder
+        from ascp.embed.embedders import EMBEDDER_NAMES, check_embedder
 
         checked = check_embedder(embedder, "--embedder")
         embedder = embedder if embedder in EMBEDDER_NAMES else checked  # folders: absolute

@@ -63,7 +63,7 @@ class Settings:
     backend: str = "auto"  # auto | hf | llamacpp (ascp.lm.resolve.choose_backend)
     template: str | None = None  # the user's own prompt ({passages} then {question}); None: the instruction
     system: str = ""  # a system message
-    nli_model: str | None = None  # claim units (ELI5): an NLI model folder (absolute) or "lexical" (ascp.nli)
+    nli_model: str | None = None  # claim units (ELI5): an NLI model folder (absolute) or "lexical" (ascp.metrics.nli)
 
     def sampling(self):
         from ascp.lm.sampling import SamplingConfig
@@ -316,7 +316,7 @@ def _settings(raw: dict[str, Any], base: Path) -> Settings:
     values["backend"] = backend
     template, system = raw.get("template"), raw.get("system", "")
     if template is not None or system:
-        from ascp.api import prompt_template
+        from ascp.lm.prompts import prompt_template
 
         if template is not None and not isinstance(template, str):
             raise _fail("template", "expected a format string with {passages} then {question}.")
@@ -334,7 +334,7 @@ def _settings(raw: dict[str, Any], base: Path) -> Settings:
 
 def _nli_model(value: Any, base: Path) -> str:
     """`nli_model`: `lexical` or an NLI model folder (relative to the spec's folder, then the current one)."""
-    from ascp.nli import LEXICAL, check_nli_model
+    from ascp.metrics.nli import LEXICAL, check_nli_model
 
     if not isinstance(value, str) or not value.strip():
         raise _fail("nli_model", f"expected a local NLI model folder or {LEXICAL}, got {value!r}.")

@@ -1,20 +1,32 @@
 """`HFLanguageModel`: a transformers causal LM in process, one implementation of the model seam.
 
-It is the exactness reference: generation (`ascp.lm.generation`), teacher-forced scoring with an
-exact shared-prefix KV cache (`ascp.lm.scoring`), and the lockstep streams of steered decoding.
+It is the exactness reference: generation (its batched sampling loop, below), teacher-forced
+scoring with an exact shared-prefix KV cache (`ascp.lm.scoring`), and the lockstep streams of
+steered decoding.
+
+The sampling loop: each prompt draws from its own `torch.Generator`, seeded by the caller, so a
+prompt's sample does not depend on which other prompts share its batch (up to last-bit
+differences of batched arithmetic). The sampling step itself (settings, penalties, mix, draws) is
+backend-independent: `ascp.lm.sampling`. `generate_streams` is the general loop: an item may be
+conditioned on several prompts ("streams", e.g. the three of steered decoding in
+`ascp.lm.steering`) decoded in lockstep as rows of one batch; a `mix` turns each item's rows into
+the logits it samples from. Ordinary sampling (`generate`) is the one-stream case.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ascp.lm.encoded import common_prefix
 from ascp.lm.protocol import ScoredPrompts
+from ascp.lm.sampling import BatchRows, Generation, LogitMix, SamplingConfig, StepSampler, derive_seed, run_in_batches
 from ascp.lm.tokenized import TokenizedModel
 
-if TYPE_CHECKING:
-    from ascp.lm.sampling import Generation, LogitMix, SamplingConfig
+__all__ = ["Generation", "HFLanguageModel", "LogitMix", "SamplingConfig", "derive_seed", "generate",
+           "generate_streams"]
 
 
 @dataclass
@@ -34,16 +46,12 @@ class HFLanguageModel(TokenizedModel):
         self, prompts: Sequence[Sequence[int]], config: SamplingConfig, seeds: Sequence[int],
         batch_size: int = 8, on_batch: Callable[[int], None] | None = None,
     ) -> list[Generation]:
-        from ascp.lm.generation import generate
-
         return generate(self, prompts, config, seeds, batch_size, on_batch)
 
     def generate_streams(
         self, streams: Sequence[Sequence[Sequence[int]]], config: SamplingConfig, seeds: Sequence[int],
         batch_size: int = 8, on_batch: Callable[[int], None] | None = None, mix: LogitMix | None = None,
     ) -> list[Generation]:
-        from ascp.lm.generation import generate_streams
-
         return generate_streams(self, streams, config, seeds, batch_size, on_batch, mix)
 
     def score(self, prompts: Sequence[Sequence[int]], response: Sequence[int],
@@ -77,3 +85,184 @@ class HFLanguageModel(TokenizedModel):
         from transformers import DynamicCache
 
         return DynamicCache(config=self.model.config)
+
+
+# ----- the transformers sampling loop ---------------------------------------------------
+def generate(
+    lm: HFLanguageModel,
+    prompts: Sequence[Sequence[int]],
+    config: SamplingConfig,
+    seeds: Sequence[int],
+    batch_size: int = 8,
+    on_batch: Callable[[int], None] | None = None,
+) -> list[Generation]:
+    """Sample one continuation per prompt (token ids), batching independent prompts."""
+    return generate_streams(lm, [(p,) for p in prompts], config, seeds, batch_size, on_batch)
+
+
+def generate_streams(
+    lm: HFLanguageModel,
+    streams: Sequence[Sequence[Sequence[int]]],
+    config: SamplingConfig,
+    seeds: Sequence[int],
+    batch_size: int = 8,
+    on_batch: Callable[[int], None] | None = None,
+    mix: LogitMix | None = None,
+) -> list[Generation]:
+    """Sample one continuation per item, where an item is one or more prompts decoded in lockstep.
+
+    Every stream of an item is a row of the batch with its own left padding, positions and KV
+    cache; each step all rows run in one forward pass, `mix` turns an item's rows into the
+    logits it samples from (default: its first stream), the item's own generator draws one
+    token (the same draws as ordinary sampling), and every stream of the item continues with
+    that token. Identical streams of one item share a row. With one stream per item and no
+    `mix` this is ordinary sampling. `batch_size` counts items, not rows.
+
+    Prefill: one-stream batches run one left-padded pass, as ordinary sampling always did.
+    Multi-stream batches prefill row by row without padding, each row reusing the KV cache of
+    the longest token prefix it shares with an earlier stream of its item (exact), then decode
+    as one left-padded batch; models whose cache cannot be cropped (`supports_prefix_cache`)
+    take the padded pass.
+    """
+    return run_in_batches(streams, seeds, batch_size, on_batch,
+                          lambda batch, batch_seeds, items: _generate_batch(lm, batch, config, batch_seeds, items, mix))
+
+
+def _generate_batch(lm, streams, config: SamplingConfig, seeds, items, mix) -> list[Generation]:
+    import torch
+
+    device = lm.device
+    rows = BatchRows.of(streams)
+    prompts = rows.prompts
+    if len(prompts) > rows.n_items and lm.supports_prefix_cache:
+        logits, cache, mask, last_pos = _packed_prefill(torch, lm, prompts, rows.item_rows, config.max_new_tokens)
+    else:
+        logits, cache, mask, last_pos = _padded_prefill(torch, lm, prompts)
+    sampler = StepSampler(torch, rows, config, seeds, items, lm.eos_token_ids, lm.pad_token_id, mix, device)
+    with torch.inference_mode():
+        for step in range(config.max_new_tokens):
+            sampler.step(logits)
+            if sampler.done or step == config.max_new_tokens - 1:
+                break
+            next_ids = torch.tensor(sampler.row_tokens(), device=device)[:, None]
+            mask = torch.cat([mask, torch.ones_like(next_ids)], dim=-1)
+            last_pos = last_pos + 1
+            out = lm.model(
+                input_ids=next_ids, attention_mask=mask, position_ids=last_pos,
+                cache=cache, use_cache=True, logits_to_keep=1,
+            )
+            logits = out.logits[:, -1, :].to(torch.float32)
+    return sampler.results(lm.decode)
+
+
+def _padded_prefill(torch, lm, prompts):
+    """All rows in one forward pass, left-padded to the longest: (last logits, cache, mask, last positions)."""
+    device = lm.device
+    width = max(len(p) for p in prompts)
+    input_ids = torch.full((len(prompts), width), lm.pad_token_id, dtype=torch.long, device=device)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long, device=device)
+    for row, ids in enumerate(prompts):  # left padding
+        input_ids[row, width - len(ids) :] = torch.tensor(list(ids), dtype=torch.long)
+        mask[row, width - len(ids) :] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache = lm.new_cache()
+    with torch.inference_mode():
+        out = lm.model(
+            input_ids=input_ids, attention_mask=mask, position_ids=positions,
+            cache=cache, use_cache=True, logits_to_keep=1,
+        )
+    return out.logits[:, -1, :].to(torch.float32), cache, mask, positions[:, -1:]
+
+
+def _packed_prefill(torch, lm, prompts, item_rows, room: int):
+    """Prefill rows one at a time with no padding, each reusing the longest prefix it shares with an
+    earlier row of its item (exact: identical tokens at identical positions have identical keys and
+    values), then stack them into one left-padded cache. Several streams of one prompt differ only
+    in their passage blocks, so this runs far fewer tokens than one padded pass over every row.
+    The stacked cache has `room` free positions per row, so decoding steps write in place
+    instead of copying the whole cache every step. Returns what `_padded_prefill` returns."""
+    from transformers import DynamicCache
+
+    device = lm.device
+    kv: dict[int, list[tuple]] = {}  # row -> per layer (keys, values), each [1, heads, len, dim]
+    logits = [None] * len(prompts)
+    with torch.inference_mode():
+        for rows in item_rows:
+            done: list[int] = []
+            for row in dict.fromkeys(rows):
+                ids = prompts[row]
+                shared, source = 0, None
+                for other in done:
+                    common = min(common_prefix(ids, prompts[other]), len(ids) - 1)
+                    if common > shared:
+                        shared, source = common, other
+                cache = DynamicCache(ddp_cache_data=[(k[:, :, :shared], v[:, :, :shared]) for k, v in kv[source]]) \
+                    if source is not None else lm.new_cache()
+                out = lm.model(
+                    input_ids=torch.tensor([ids[shared:]], dtype=torch.long, device=device),
+                    position_ids=torch.arange(shared, len(ids), device=device)[None],
+                    cache=cache, use_cache=True, logits_to_keep=1,
+                )
+                logits[row] = out.logits[0, -1, :].to(torch.float32)
+                kv[row] = [(layer[0], layer[1]) for layer in cache]
+                done.append(row)
+    width = max(len(p) for p in prompts)
+    cache = DynamicCache()
+    cache.layers = []
+    for layer in range(len(kv[0])):
+        buffers = []
+        for part in (0, 1):  # keys, values: [rows, heads, width + room, dim], left-padded with zeros
+            first = kv[0][layer][part]
+            buffer = first.new_zeros((len(prompts), first.shape[1], width + room, first.shape[-1]))
+            for row, ids in enumerate(prompts):
+                buffer[row, :, width - len(ids) : width] = kv[row][layer][part][0]
+            buffers.append(buffer)
+        cache.layers.append(_roomy_layer_class()(*buffers, width))
+    mask = torch.zeros((len(prompts), width), dtype=torch.long, device=device)
+    for row, ids in enumerate(prompts):
+        mask[row, width - len(ids) :] = 1
+    last_pos = torch.tensor([[len(ids) - 1] for ids in prompts], dtype=torch.long, device=device)
+    return torch.stack(logits), cache, mask, last_pos
+
+
+@functools.cache
+def _roomy_layer_class():
+    """Built on first use: transformers is imported lazily."""
+    from transformers.cache_utils import DynamicLayer
+
+    class RoomyLayer(DynamicLayer):
+        """A `DynamicLayer` that appends into preallocated room instead of `torch.cat` each step.
+
+        `keys`/`values` are views of the first `length` positions of the buffers, so every
+        attention call sees exactly the tensors a `DynamicLayer` would hold (same values, same
+        length); only the per-step copy of the whole cache is gone. Grows by doubling if full.
+        """
+
+        def __init__(self, keys, values, length: int) -> None:
+            super().__init__()
+            self.lazy_initialization(keys, values)
+            self._k, self._v, self._length = keys, values, length
+            self._views()
+
+        @staticmethod
+        def _grow(tensor, capacity: int):
+            buffer = tensor.new_zeros((*tensor.shape[:2], capacity, tensor.shape[-1]))
+            buffer[:, :, : tensor.shape[-2]] = tensor
+            return buffer
+
+        def _views(self) -> None:
+            self.keys = self._k[:, :, : self._length]
+            self.values = self._v[:, :, : self._length]
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            end = self._length + key_states.shape[-2]
+            if end > self._k.shape[-2]:
+                self._k = self._grow(self.keys, 2 * end)
+                self._v = self._grow(self.values, 2 * end)
+            self._k[:, :, self._length : end] = key_states
+            self._v[:, :, self._length : end] = value_states
+            self._length = end
+            self._views()
+            return self.keys, self.values
+
+    return RoomyLayer

@@ -378,7 +378,7 @@ class LlamaCppModel(TokenizedModel):
 
 def f16_copy(gguf: Path) -> Path:
     """The GGUF's weights in f16 (llama.cpp's own converter), made once and cached."""
-    from ascp.lm.resolve import derived_path
+    from ascp.paths import derived_path
 
     target = derived_path(gguf, ".f16.gguf")
     if target.is_file():
@@ -406,7 +406,7 @@ def gguf_tokenizer(gguf: Path) -> Any:
     """The Hugging Face tokenizer of a GGUF file's own vocabulary and chat template (cached)."""
     from transformers import AutoTokenizer
 
-    from ascp.lm.resolve import derived_path
+    from ascp.paths import derived_path
 
     target = derived_path(gguf, "-tokenizer")
     if (target / "tokenizer_config.json").is_file():

@@ -18,8 +18,8 @@ import numpy as np
 
 if TYPE_CHECKING:
     from ascp.lm.encoded import EncodedPrompt
+    from ascp.lm.prompts import PromptTemplate
     from ascp.lm.sampling import Generation, LogitMix, SamplingConfig
-    from ascp.prompts import PromptTemplate
     from ascp.types import Passage
 
 

@@ -10,7 +10,6 @@ or a GGUF file de-quantised once (about 30 s) and saved as a safetensors copy un
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 import shutil
@@ -20,7 +19,7 @@ from pathlib import Path
 from ascp.errors import AscpError
 from ascp.lm.hf import HFLanguageModel
 from ascp.lm.protocol import LanguageModel
-from ascp.paths import ascp_home
+from ascp.paths import derived_path
 
 DEFAULT_MODEL = "default"
 
@@ -39,13 +38,6 @@ def embedded_gguf() -> Path | None:
         return None
     found = sorted(Path(spec.submodule_search_locations[0]).glob("*.gguf"))
     return found[0] if found else None
-
-
-def derived_path(gguf: Path, suffix: str = "") -> Path:
-    """Where a file derived from a GGUF file is cached: keyed by the file's path, size and mtime."""
-    stat = gguf.stat()
-    key = hashlib.sha256(f"{gguf.resolve()}|{stat.st_size}|{int(stat.st_mtime)}".encode()).hexdigest()[:12]
-    return ascp_home() / "models" / f"{gguf.stem}-{key}{suffix}"
 
 
 def _converted_dir(gguf: Path) -> Path:

@@ -15,7 +15,7 @@ from typing import Any
 
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
-from ascp.prompts import PromptTemplate
+from ascp.lm.prompts import PromptTemplate
 from ascp.types import Passage
 
 _SENTINEL = "\u0000ASCP_USER_MESSAGE\u0000"

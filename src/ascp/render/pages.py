@@ -81,7 +81,7 @@ def read_run(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]], dict[s
 def run_page(runs: Mapping[str, Path], cases: Mapping[str, Case] | None, title: str) -> str:
     """Per case and policy, round by round: the context with used passages marked, the response,
     the gold units the response recovered; the case's metrics; and a policy comparison on top."""
-    from ascp.metrics import _recovered_per_response
+    from ascp.metrics.answers import recovered_per_response
 
     loaded = {}
     for name, path in runs.items():
@@ -116,7 +116,7 @@ def run_page(runs: Mapping[str, Path], cases: Mapping[str, Case] | None, title: 
             for r in rounds.get(cid, []):
                 context = ", ".join(f"<b data-used='1'>{escape(d)}*</b>" if d in r.used
                                     else f"<span data-used='0'>{escape(d)}</span>" for d in r.context)
-                found = _recovered_per_response(units, [r.response], None)[0] if units and r.response else set()
+                found = recovered_per_response(units, [r.response], None)[0] if units and r.response else set()
                 recovered = ", ".join(escape(units[i].aliases[0]) for i in sorted(found))
                 parts.append(f"<tr><td>{r.round}</td><td>{context}</td><td>{escape(r.response)}</td>"
                              f"<td class='units'>{recovered}</td></tr>")

@@ -67,7 +67,7 @@ def fill_ceilings(records: list[dict], plan: dict) -> int:
     file when it is readable (the ceiling needs the gold units and passage texts). Returns how
     many records still lack it."""
     from ascp.data import load_cases
-    from ascp.metrics import evidence_ceiling
+    from ascp.metrics.portfolio import evidence_ceiling
 
     missing = [r for r in records if "ceiling" not in r]
     for task in plan["tasks"] if missing else []:
@@ -111,7 +111,7 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, n_boot: int
     check_replaceable(out, "index.html", "report")
     if not out.parent.is_dir():
         raise AscpError(f"the parent folder of {out} does not exist; create it first.")
-    from ascp.calibration import resolve_used_threshold
+    from ascp.attribution.reading import resolve_used_threshold
 
     tau, tau_source = resolve_used_threshold(used_threshold)
     lacking = fill_ceilings(records, plan)

@@ -7,9 +7,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ascp.calibration import PAPER_ELASTICITY, PAPER_FREE_EXPONENT, PAPER_FREE_SCALE
+from ascp.attribution.reading import PAPER_FREE_EXPONENT, PAPER_FREE_SCALE
 from ascp.jsonio import json_safe
 from ascp.report.tables import num, signed
+from ascp.validation.calibration import PAPER_ELASTICITY
 
 
 def _ci(lo: float, hi: float, digits: int = 3) -> str:
@@ -36,7 +37,8 @@ def to_markdown(result: dict[str, Any], command: str) -> str:
         f"Command: `{command}`", "",
         f"Estimator `{result['estimator']}`; {result['cases']} cases; widths {result['widths']}; protocols "
         f"{', '.join(result['protocols'])}; quantile {result['quantile']}; intervals: 95% percentile bootstrap "
-        f"over cases ({result['n_boot']} replicates). Definitions: `ascp.calibration` (docs/calibration.md).", "",
+        f"over cases ({result['n_boot']} replicates). "
+        "Definitions: `ascp.validation.calibration` (docs/calibration.md).", "",
         "## Width-invariant threshold (the tables' ECR)", "",
         "The off-query 95th-percentile operating point of fixed-target contexts, all widths pooled, on raw "
         "scores (nats per response token for loo). The same quantile of normalised scores is shown for "

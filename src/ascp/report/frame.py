@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ascp.calibration import USED_THRESHOLD
-from ascp.metrics import thresholded_coverage, thresholded_used
+from ascp.attribution.reading import USED_THRESHOLD
+from ascp.metrics.portfolio import thresholded_coverage, thresholded_used
 from ascp.stats import Estimate, crossed_bootstrap, paired_bootstrap, seed_means, seed_t_interval
 from ascp.types import Round
 
@@ -32,7 +32,7 @@ def unit_frame(records: Sequence[dict[str, Any]], used_threshold: float | None =
     """One row per unit: key, condition fields, every per-case metric and the derived cost columns.
 
     `ecr_thresholded` and `used_thresholded` (the tables' ECR and used count) are recomputed from
-    the stored rounds at `used_threshold` (None: `ascp.calibration.USED_THRESHOLD`), so a report
+    the stored rounds at `used_threshold` (None: `ascp.validation.calibration.USED_THRESHOLD`), so a report
     states one threshold for every unit, including units of stores written before the metric. They
     are NaN for units probed by an estimator outside `NATS_PER_TOKEN` (the threshold's scale).
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ascp.prompts import base_instruction, is_structured
+from ascp.lm.prompts import base_instruction, is_structured
 from ascp.report.frame import conditions, estimate_difference, paired, task_weighted_mean
 from ascp.report.tables import (
     Table,

@@ -12,18 +12,30 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ascp.params import Param
 from ascp.types import Case
 
-if TYPE_CHECKING:
-    from ascp.schedulers.facets import Facets
-
 EmbedFn = Callable[[Sequence[str]], np.ndarray]
 """texts -> unit-normalised embeddings, one row per text."""
+
+
+@dataclass(frozen=True)
+class Facets:
+    """The induced facets of one pool (rows follow pool order)."""
+
+    labels: np.ndarray  # (N,) own facet of each passage
+    centroids: np.ndarray  # (Z, dim) unit-normalised
+    W: np.ndarray  # (N, Z) coverage in [0, 1]
+    pi: np.ndarray  # (Z,) importance, sums to 1
+    gamma: float
+    m_max: int
+
+    @property
+    def n_facets(self) -> int:
+        return int(self.pi.shape[0])
 
 
 @dataclass(frozen=True)

@@ -20,32 +20,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
-from ascp.schedulers.base import EmbedFn, PoolView
+from ascp.schedulers.base import EmbedFn, Facets, PoolView
 from ascp.types import Case
 
 GAMMA = 0.6
 M_MAX = 3
 MAX_FACETS = 20
-
-
-@dataclass(frozen=True)
-class Facets:
-    """The induced facets of one pool (rows follow pool order)."""
-
-    labels: np.ndarray  # (N,) own facet of each passage
-    centroids: np.ndarray  # (Z, dim) unit-normalised
-    W: np.ndarray  # (N, Z) coverage in [0, 1]
-    pi: np.ndarray  # (Z,) importance, sums to 1
-    gamma: float
-    m_max: int
-
-    @property
-    def n_facets(self) -> int:
-        return int(self.pi.shape[0])
 
 
 def rank_relevance(n: int) -> np.ndarray:
@@ -152,7 +135,7 @@ def pool_view_from_embeddings(
 def build_pool_view(case: Case, embed_fn: EmbedFn, n_facets: int | None = None) -> PoolView:
     """Embed the question and the pool in one batch call, then induce the facets.
 
-    `embed_fn(texts)` returns unit-normalised rows (e.g. `ascp.embed.embed`); it is kept on the
+    `embed_fn(texts)` returns unit-normalised rows (e.g. `ascp.embed.embedders.embed`); it is kept on the
     view for the policies that embed responses.
     """
     texts: Sequence[str] = [case.question, *(p.full_text for p in case.pool)]

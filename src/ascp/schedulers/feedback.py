@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ascp.attribution.base import free_threshold, normalize, used_mask
+from ascp.attribution.reading import free_threshold, normalize, used_mask
 from ascp.schedulers._common import ResponseEmbedder, positions
 from ascp.schedulers.base import PoolView, RoundFeedback
 

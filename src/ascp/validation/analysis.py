@@ -2,10 +2,10 @@
 
 Definitions (one *context* = one protocol x estimator x case x width x padding):
 
-- AUC: within each context, `ascp.metrics.auc` of the raw scores with the necessary passages as
+- AUC: within each context, `ascp.metrics.ranking.auc` of the raw scores with the necessary passages as
   positives and every other passage as negatives (ties count one half), averaged over cases.
 - cover@m: the units of the designed answer set (those the necessary passages attest) that the
-  top-m passages by raw score attest (`ascp.metrics.cover_at_m`; ties keep context order, which
+  top-m passages by raw score attest (`ascp.metrics.ranking.cover_at_m`; ties keep context order, which
   is itself a seeded shuffle). Random baseline: the exact expectation over uniformly random
   m-subsets, mean over u of 1 - C(K - n_u, m) / C(K, m), with n_u the passages attesting u.
   Gain = cover@m - random, averaged over contexts.
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ascp.metrics import auc, cover_at_m
+from ascp.metrics.ranking import auc, cover_at_m
 
 PROXIES = ("bm25", "qd-cosine")  # the query-relevance proxies of the paper's reversal claim
 QUANTILE = 0.95

@@ -31,11 +31,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ascp.attribution import ESTIMATOR_NAMES, make_estimator
-from ascp.attribution.base import ProbeInput, read_scores
+from ascp.attribution.base import ProbeInput
 from ascp.attribution.probe import sample_responses
+from ascp.attribution.reading import read_scores
 from ascp.errors import AscpError
+from ascp.lm.prompts import PromptTemplate
 from ascp.lm.sampling import SamplingConfig, derive_seed
-from ascp.prompts import PromptTemplate
 from ascp.types import Case
 from ascp.validation.pools import DEFAULT_MAX_WORDS, PADDINGS, ControlledPool, PoolBuilder, Skip, check_pool_args
 
@@ -104,7 +105,7 @@ class ValidationConfig:
         self.prompt()
 
     def prompt(self) -> PromptTemplate:
-        from ascp.api import prompt_template
+        from ascp.lm.prompts import prompt_template
 
         return prompt_template(self.instruction, self.template, self.system)
 

@@ -26,7 +26,7 @@ are not eligible for any role (a few ASQA passages run to thousands of words). A
 cannot be built is returned as a `Skip` with the reason, never dropped silently.
 
 Attestation: `attests(passage, unit)` is the one swap point. It uses
-`ascp.data.matching.attests` when that module exists, else `ascp.metrics.unit_recovered`
+`ascp.metrics.attestation.attests` when that module exists, else `ascp.metrics.answers.unit_recovered`
 on `title + " " + text` (normalised alias as a contiguous token subsequence).
 """
 
@@ -51,9 +51,9 @@ DEFAULT_MAX_WORDS = 200
 def attests(passage: Passage, unit: AnswerUnit) -> bool:
     """Whether `passage` attests the string unit `unit` (the shared alias matching)."""
     try:
-        from ascp.data.matching import attests as shared_attests
+        from ascp.metrics.attestation import attests as shared_attests
     except ImportError:
-        from ascp.metrics import unit_recovered
+        from ascp.metrics.answers import unit_recovered
 
         return unit_recovered(unit, f"{passage.title} {passage.text}")
     return bool(shared_attests(passage, unit))

@@ -8,7 +8,7 @@ set O, and a round whose O is not empty samples each token from
 restricted to the tokens with p(w|q,C) >= eta * max_w p(w|q,C) (APC, Li et al. 2023), then
 tempered and top-p filtered exactly like ordinary sampling. The three conditioned streams
 (q,C), (q,C\\O) and (q,O) run as rows of one batch with their own KV caches
-(`ascp.lm.generation.generate_streams`); every stream continues with the sampled token.
+(`ascp.lm.hf.generate_streams`); every stream continues with the sampled token.
 Frozen setting: alpha = 0.5, eta = 0.1. See docs/decoding.md for the definition of O and the
 edge cases.
 """
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
+from ascp.lm.prompts import PromptTemplate
 from ascp.lm.protocol import LanguageModel, SteerableModel, model_name
 from ascp.lm.sampling import Generation, LogitMix, SamplingConfig
-from ascp.prompts import PromptTemplate
 from ascp.types import Passage
 
 

@@ -12,7 +12,7 @@ round by round.
 
 Steering (`LoopConfig.steer`, Sec. 6.3): round t >= 2 of a case whose over-used set O_t (every
 passage the probe flagged `used` in rounds 1..t-1) is not empty is decoded with Eq. 5 + APC
-(`ascp.decoding`); other rounds decode ordinarily. O depends on earlier probe readings, so a
+(`ascp.lm.steering`); other rounds decode ordinarily. O depends on earlier probe readings, so a
 steered run goes round by round even for open-loop policies, unless the steering is the
 identity (alpha = 0, eta = 0), which changes no round and keeps ordinary batching, so such a run
 reproduces the unsteered run exactly. Each round records `steered` and `overused` = |O_t|.
@@ -27,13 +27,14 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ascp.attribution import make_estimator
-from ascp.attribution.base import Estimator, ProbeInput, read_scores
-from ascp.decoding import SteerConfig, SteerStreams, generate_steered, overused_set, steer_prompts
+from ascp.attribution.base import Estimator, ProbeInput
+from ascp.attribution.reading import read_scores
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
+from ascp.lm.prompts import PromptTemplate
 from ascp.lm.protocol import LanguageModel
 from ascp.lm.sampling import SamplingConfig, derive_seed
-from ascp.prompts import PromptTemplate
+from ascp.lm.steering import SteerConfig, SteerStreams, generate_steered, overused_set, steer_prompts
 from ascp.schedulers import make_scheduler
 from ascp.schedulers.base import RoundFeedback, Scheduler, Selection
 from ascp.schedulers.facets import build_pool_view

@@ -44,50 +44,17 @@ from typing import Any
 
 import numpy as np
 
-from ascp.attribution.base import free_threshold
+from ascp.attribution.reading import (  # noqa: F401  (re-exported: the calibration's constants)
+    PAPER_FREE_EXPONENT,
+    PAPER_FREE_SCALE,
+    USED_THRESHOLD,
+    free_threshold,
+    resolve_used_threshold,
+)
 from ascp.validation.analysis import Context
 
-USED_THRESHOLD = 0.0760
-"""The default width-invariant used threshold on raw `loo` scores (nats per response token): tau* of
-`ascp calibrate` on the committed ASQA validation run with the embedded model (20 cases, widths 3
-and 6, fixed targets; 95% CI [0.0315, 0.1100]); docs/calibration.md gives the command and says when to
-calibrate your own."""
-
-PAPER_FREE_SCALE, PAPER_FREE_EXPONENT = 0.555, -0.633
 PAPER_ELASTICITY = -0.68
 QUANTILE = 0.95
-
-
-def resolve_used_threshold(value: str | float | None) -> tuple[float, str]:
-    """(tau, where it came from) for `--used-threshold`: None = `USED_THRESHOLD`; a positive number (raw scale);
-    or an `ascp calibrate` folder or its calibration.json (its width-invariant threshold)."""
-    from pathlib import Path
-
-    from ascp.errors import AscpError
-
-    if value is None:
-        return USED_THRESHOLD, "the calibrated default (docs/calibration.md)"
-    try:
-        tau = float(value)
-        source = "given"
-    except ValueError:
-        path = Path(str(value)).expanduser()
-        path = path / "calibration.json" if path.is_dir() else path
-        if not path.is_file():
-            raise AscpError(f"--used-threshold {value!r} is neither a number nor an `ascp calibrate` folder or "
-                            "calibration.json; pass a positive threshold (nats per token) or that file.") from None
-        import json
-
-        try:
-            tau = float(json.loads(path.read_text(encoding="utf-8"))["width_invariant_threshold"]["value"])
-        except (ValueError, KeyError, TypeError):
-            raise AscpError(f"{path} holds no width-invariant threshold; pass the calibration.json written by "
-                            "`ascp calibrate`.") from None
-        source = str(path)
-    if not tau > 0.0 or not math.isfinite(tau):
-        raise AscpError(f"--used-threshold must be a positive number, got {tau}; it applies to raw probe scores "
-                        "(nats per response token for loo).")
-    return tau, source
 
 
 SCALES = ("raw", "normalized")
@@ -239,7 +206,7 @@ Entails = Callable[[Sequence[tuple[str, str]]], list[bool]]  # (premise, hypothe
 def redundancy(cases: Sequence[Any], embed: Callable[[list[str]], np.ndarray] | None,
                entails: Entails | None = None) -> dict[str, dict[str, float]]:
     """Per case id, the natural-pool redundancy measures of Fig. 4(b) (see the module docstring);
-    `entails` (an NLI matcher's `entails`, `ascp.nli`) adds `entailment`: the share of ordered
+    `entails` (an NLI matcher's `entails`, `ascp.metrics.nli`) adds `entailment`: the share of ordered
     passage pairs (d, e), d != e, where d entails e."""
     from ascp.validation.pools import attested_units
 

@@ -131,3 +131,18 @@ class PromptTemplate:
         """The whole user message as one string (what the model is shown)."""
         blocks = "".join(self.passage_block(p) for p in passages)
         return self.instruction_text() + blocks + self.question_text(question, earlier_outputs)
+
+
+def prompt_template(instruction: str = "commit", template: PromptTemplate | str | None = None,
+                    system: str = "") -> PromptTemplate:
+    """The prompt: a named instruction, or the user's own template, with an optional system message."""
+    from dataclasses import replace
+
+    if template is not None and instruction != "commit":
+        raise AscpError(f"the instruction {instruction!r} does not apply with your own prompt template (the "
+                        "template is the whole instruction); give one or the other.")
+    if isinstance(template, PromptTemplate):
+        return replace(template, system=system or template.system)
+    if template is not None:
+        return PromptTemplate.from_format(template, system=system)
+    return replace(PromptTemplate.named(instruction), system=system)

@@ -46,7 +46,7 @@ def mpnet_candidates() -> list[Path]:
     env = os.environ.get("ASCP_MPNET")
     if env:
         return [Path(env).expanduser()]
-    checkout = Path(__file__).resolve().parents[2] / MPNET_FOLDER
+    checkout = Path(__file__).resolve().parents[3] / MPNET_FOLDER
     return list(dict.fromkeys([(Path.cwd() / MPNET_FOLDER).resolve(), checkout]))
 
 

@@ -2,7 +2,7 @@
 
 String units (aliases): the passage attests the unit when some alias, after `normalize_answer`,
 is a contiguous token subsequence of the normalised `title: text` of the passage: exactly the
-rule `ascp.metrics.unit_recovered` applies to responses (one shared implementation).
+rule `ascp.metrics.answers.unit_recovered` applies to responses (one shared implementation).
 
 Claim units (ELI5): NLI entailment, premise = the passage's `title: text`, hypothesis = the claim,
 scored by a sentence-transformers `CrossEncoder` (`NLIMatcher`). The entailment label is found
@@ -13,7 +13,7 @@ tokenizer truncates premise + hypothesis at the model's maximum length (`max_len
 
 `lexically_attestable(unit)`: a string unit whose aliases are not all bare "yes"/"no" (HotpotQA
 comparison answers). Passages do not state yes/no answers, so such units are left out of
-rank-level attestation statistics (`ascp.data.density`), as are claim units without a matcher.
+rank-level attestation statistics (`ascp.metrics.density`), as are claim units without a matcher.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from functools import lru_cache
 import numpy as np
 
 from ascp.errors import AscpError
-from ascp.metrics import Matcher, _recovered_per_response, normalize_answer, unit_recovered
+from ascp.metrics.answers import Matcher, normalize_answer, recovered_per_response, unit_recovered
 from ascp.types import AnswerUnit, Passage
 
 _YES_NO = frozenset({"yes", "no"})
@@ -50,7 +50,7 @@ def attestation_matrix(
     claims = [j for j, u in enumerate(units) if not u.aliases]
     strings = [j for j, u in enumerate(units) if u.aliases]
     if strings and pool:  # the batch form of `unit_recovered`: each passage normalised once
-        per_passage = _recovered_per_response([units[j] for j in strings], [p.full_text for p in pool], None)
+        per_passage = recovered_per_response([units[j] for j in strings], [p.full_text for p in pool], None)
         for i, hits in enumerate(per_passage):
             out[i, [strings[h] for h in hits]] = True
     if claims and pool:

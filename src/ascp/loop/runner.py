@@ -9,9 +9,10 @@ from typing import Any
 import numpy as np
 
 from ascp.lm.protocol import LanguageModel
-from ascp.loop import LoopConfig, run_portfolios
-from ascp.metrics import Matcher, case_metrics
-from ascp.nli import prefetch, require_matcher
+from ascp.loop.portfolios import LoopConfig, run_portfolios
+from ascp.metrics.answers import Matcher
+from ascp.metrics.nli import prefetch, require_matcher
+from ascp.metrics.portfolio import case_metrics
 from ascp.types import Case, Portfolio
 
 
@@ -19,8 +20,8 @@ def evaluate_portfolios(
     cases: Sequence[Case], portfolios: Sequence[Portfolio], embed_fn: Callable[[Sequence[str]], np.ndarray] | None,
     matcher: Matcher | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per case: its ranked pool and every metric of `ascp.metrics.case_metrics`; claim
-    units (ELI5) are decided by `matcher` (`ascp.nli`), its pairs scored in one batch per case."""
+    """One row per case: its ranked pool and every metric of `ascp.metrics.portfolio.case_metrics`; claim
+    units (ELI5) are decided by `matcher` (`ascp.metrics.nli`), its pairs scored in one batch per case."""
     rows = []
     for case, portfolio in zip(cases, portfolios, strict=True):
         responses = [r.response for r in portfolio.rounds]
@@ -37,7 +38,7 @@ def run_policy(
     progress: Callable[[int], None] | None = None, matcher: Matcher | None = None,
 ) -> tuple[list[Portfolio], list[dict[str, Any]]]:
     """The portfolios (each with its `metrics`) and one row per case (pool + metrics). Cases with
-    claim units need `matcher` (`ascp.nli.load_nli_matcher`); without one this fails before generating."""
+    claim units need `matcher` (`ascp.metrics.nli.load_nli_matcher`); without one this fails before generating."""
     require_matcher(cases, matcher is not None)
     portfolios = run_portfolios(lm, cases, config, embed_fn, progress=progress)
     rows = evaluate_portfolios(cases, portfolios, embed_fn, matcher)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ascp.errors import AscpError
-from ascp.metrics import STOPWORDS, Matcher, normalize_answer
+from ascp.metrics.answers import STOPWORDS, Matcher, normalize_answer
 from ascp.types import AnswerUnit, Case
 
 FLAG = "--nli-model"

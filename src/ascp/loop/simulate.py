@@ -3,8 +3,8 @@
 Each case's pool is embedded once into a `PoolView` (facets, similarities), shared by every
 policy; with `EmbeddingCache` the vectors also persist across runs, so after the first run a
 simulation costs only the schedulers. Per case and round: the scheduler picks the context, the
-consumer (`ascp.consumers`) reads it, and its reading is fed back exactly as the probe's is in
-`ascp.loop`. Rounds are `Round` records with an empty response; per case the metrics that need
+consumer (`ascp.loop.consumers`) reads it, and its reading is fed back exactly as the probe's is in
+`ascp.loop.portfolios`. Rounds are `Round` records with an empty response; per case the metrics that need
 no generator: offered, used, ECR (Eq. 2), the evidence ceiling of the offered passages
 (`ceiling`) and of the used ones (`used_ceiling`: what an ideal reader of the used passages
 could recover).
@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from ascp.consumers import Consumer
 from ascp.errors import AscpError
 from ascp.lm.sampling import derive_seed
-from ascp.metrics import evidence_ceiling, evidence_coverage_rate, offered_count, used_count
+from ascp.loop.consumers import Consumer
+from ascp.metrics.portfolio import evidence_ceiling, evidence_coverage_rate, offered_count, used_count
 from ascp.schedulers import make_scheduler
 from ascp.schedulers.base import EmbedFn, PoolView, RoundFeedback
 from ascp.schedulers.facets import build_pool_view
@@ -39,7 +39,7 @@ class EmbeddingCache:
     """An embedder that remembers every text's vector in a file (`.npz`, keyed by text hash), so
     pools embedded once are not embedded again in later runs. Call `save()` to persist.
 
-    `identity` (`ascp.embed.embedder_id`) is stored in the file; a file written by another
+    `identity` (`ascp.embed.embedders.embedder_id`) is stored in the file; a file written by another
     embedder is refused (one AscpError), so two embedders never share vectors. Files without it
     were written before identities existed, by the embedded MiniLM only (`minilm`)."""
 
@@ -184,7 +184,7 @@ def write_simulation(out: Path, cases: Sequence[Case], results: dict[str, list[P
                      config: dict[str, Any], comparison: dict[str, Any]) -> None:
     """One run folder per policy (the files of `ascp run`) and `comparison.json`, all or nothing."""
     from ascp.jsonio import staged_folder
-    from ascp.runio import write_run_files
+    from ascp.loop.runfolder import write_run_files
 
     with staged_folder(out, whole=True) as tmp:
         for name, portfolios in results.items():

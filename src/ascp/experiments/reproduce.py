@@ -65,7 +65,7 @@ def preset_spec(name: str, data_root: Path, limit: int | None = None, model: str
     if name not in PRESET_CLAIMS:
         raise AscpError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}.")
     if embedder is not None:
-        from ascp.embed import EMBEDDER_NAMES, check_embedder
+        from ascp.embed.embedders import EMBEDDER_NAMES, check_embedder
 
         checked = check_embedder(embedder, "--embedder")  # names `--embedder` (not the spec field) when wrong
         embedder = embedder if embedder in EMBEDDER_NAMES else checked

@@ -33,8 +33,8 @@ import numpy as np
 
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
+from ascp.lm.prompts import PromptTemplate
 from ascp.lm.protocol import LanguageModel
-from ascp.prompts import PromptTemplate
 from ascp.types import Case, Passage, Round
 
 EmbedFn = Callable[[Sequence[str]], np.ndarray]
@@ -101,7 +101,8 @@ def _metric(record: dict[str, Any], name: str, rounds: Sequence[Round]) -> float
     value = record.get(name)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
-    from ascp.metrics import distinct_n, evidence_coverage_rate, thresholded_coverage
+    from ascp.metrics.diversity import distinct_n
+    from ascp.metrics.portfolio import evidence_coverage_rate, thresholded_coverage
 
     if name == "ecr":
         return evidence_coverage_rate(rounds)

@@ -92,7 +92,7 @@ class Oracle:
     def consume(self, case: Case, round: int, context: Sequence[str],
                 history: Sequence[RoundFeedback]) -> Consumption:
         if case.id not in self._bearing:
-            from ascp.data.matching import attestation_matrix
+            from ascp.metrics.attestation import attestation_matrix
 
             hits = np.atleast_1d(attestation_matrix(case.pool, case.units).any(axis=1)).tolist()
             self._bearing[case.id] = {p.id for p, hit in zip(case.pool, hits, strict=True) if hit}

@@ -1,7 +1,7 @@
 """Relevance density (paper Table 3 / Table 8): how answer evidence is spread down a ranked pool.
 
 Over the cases of one task, with pools in rank order (`Passage.rank`), cut at `max_rank` (N=30)
-and A[i, u] = "the passage at rank i attests gold unit u" (`ascp.data.matching`):
+and A[i, u] = "the passage at rank i attests gold unit u" (`ascp.metrics.attestation`):
 
 - rho(i) = (# cases whose rank-i passage attests some unit) / (# cases with a rank-i passage);
 - rho(band) for bands 1-5, 6-10, 11-N: the same ratio pooled over every (case, rank) pair in the
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ascp.data.matching import attestation_matrix, lexically_attestable
-from ascp.metrics import Matcher
+from ascp.metrics.answers import Matcher
+from ascp.metrics.attestation import attestation_matrix, lexically_attestable
 from ascp.types import Case
 
 BANDS = ((1, 5), (6, 10), (11, None))

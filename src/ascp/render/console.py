@@ -75,7 +75,7 @@ def portfolio_panel(case, portfolio, row: dict) -> Table:
 
 def density_table(results, rank_by: str, max_rank: int) -> Table:
     """`ascp density`: one row per task per file (a task in several files is labelled with the file)."""
-    from ascp.data.density import BANDS, band_label
+    from ascp.metrics.density import BANDS, band_label
 
     repeated = {d.task for _, d in results if sum(e.task == d.task for _, e in results) > 1}
     labels = [band_label(lo, hi, max_rank) for lo, hi in BANDS]
@@ -99,7 +99,7 @@ def density_table(results, rank_by: str, max_rank: int) -> Table:
 def simulation_table(comparison: dict, title: str) -> Table:
     """`ascp simulate`: per policy the mean of each metric, and its difference from the baseline
     with the 95% paired-bootstrap interval."""
-    from ascp.simulate import SIMULATION_METRICS
+    from ascp.loop.simulate import SIMULATION_METRICS
 
     base = comparison["baseline"]
     table = Table(title=title, caption=f"differences: policy - {base}, 95% paired bootstrap over cases",
