@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -19,8 +18,9 @@ from ascp.data.ingredients import ingredient_key, ingredient_names
 from ascp.data.recipes import parse_list, split_flat_ingredients
 from ascp.errors import AscpError
 from ascp.metrics import unit_recovered
-from ascp.metrics.attestation import NLIMatcher, _entailment_index, attestation_matrix, attests, lexically_attestable
+from ascp.metrics.attestation import NLIMatcher, attestation_matrix, attests, lexically_attestable
 from ascp.metrics.density import loglog_slope, relevance_density
+from ascp.metrics.nli import entailment_index
 from ascp.types import AnswerUnit, Case, Passage
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -309,17 +309,16 @@ def test_nli_matcher_reads_the_entailment_label_from_the_config(tmp_path):
     claim = AnswerUnit("c", claim="The sky is blue.")
     yes = NLIMatcher(str(_tiny_nli(tmp_path / "yes", {0: "CONTRADICTION", 1: "ENTAILMENT", 2: "NEUTRAL"}, 1)))
     assert yes.entailment_index == 1 and attests(pool[0], claim, yes)
-    assert np.allclose(yes.probabilities([("the sky", "is blue")]), math.exp(3) / (math.exp(3) + 2), atol=1e-5)
     assert attestation_matrix(pool, (claim, AnswerUnit("s", ("light",))), yes).tolist() == [[True, False],
                                                                                           [True, True]]
     no = NLIMatcher(str(_tiny_nli(tmp_path / "no", {0: "entailment", 1: "neutral", 2: "contradiction"}, 2)))
     assert no.entailment_index == 0 and not attests(pool[0], claim, no)
-    strict = NLIMatcher(str(tmp_path / "yes"), threshold=0.95)
-    assert not strict(claim, "The sky is blue.")
+    # NLIMatcher is the one matcher of ascp.metrics.nli: argmax = entailment, no probability threshold
+    # (the rule every command shares; tests/test_nli.py checks density, run and calibrate agree)
     for labels in ({0: "LABEL_0", 1: "LABEL_1"}, {0: "entailment", 1: "entailment_2"}):
-        with pytest.raises(AscpError, match="no single 'entailment' label"):
-            _entailment_index(SimpleNamespace(config=SimpleNamespace(id2label=labels)), "m")
-    with pytest.raises(AscpError, match="cannot load the NLI cross-encoder"):
+        with pytest.raises(AscpError, match="no single entailment label"):
+            entailment_index(labels, len(labels))
+    with pytest.raises(AscpError, match="is not a folder"):
         NLIMatcher(str(tmp_path / "missing"))
 
 

@@ -159,6 +159,90 @@ def test_claim_units_without_a_matcher_fail_naming_the_flag():
     require_matcher([Case("q2", "q", (), (AnswerUnit("a", ("x",)),))], False)  # aliases need no matcher
 
 
+# ---------------------------------------------------------------------- one rule for density, run, calibrate
+
+# e^1 / (e^1 + 2 e^0.8) = 0.379: entailment is the argmax but its softmax is under 0.5, so the former
+# CrossEncoder rule of `ascp density` (softmax >= 0.5) said "not entailed" where `ascp run` said "entailed".
+BELOW_HALF = {0: 1.0, 1: 0.8, 2: 0.8}
+AGREE_PREMISES = ["the sky is blue because air scatters light [1]", "rain and cold clouds", "red sun sets",
+                  "sunlight has colours [2][3]", "why is the sky blue"]
+AGREE_CLAIMS = ["the sky is blue", "air scatters light", "sunlight has colours"]
+
+
+def _density_decisions(folder: Path, pairs: list[tuple[str, str]], tmp_path: Path) -> list[bool]:
+    """`ascp density --nli-model FOLDER` over one ELI5 file per pair (one passage, one claim): rho(1) of a
+    file is 1 exactly when its passage attests its claim."""
+    args = ["density", "--format", "eli5", "--rank-by", "given", "--max-rank", "5", "--nli-model", str(folder),
+            "--out", str(tmp_path / "density.json")]
+    for n, (premise, claim) in enumerate(pairs):
+        path = tmp_path / f"pair{n}.json"
+        item = {"question": f"q{n}", "claims": [claim], "docs": [{"title": "", "text": premise}]}
+        path.write_text(json.dumps([item]), encoding="utf-8")
+        args += ["--data", str(path)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    rows = json.loads((tmp_path / "density.json").read_text())
+    assert [r["support"][0] for r in rows] == [1] * len(pairs)
+    return [r["rho"][0] == 1.0 for r in rows]
+
+
+def _run_decisions(folder: Path, pairs: list[tuple[str, str]]) -> list[bool]:
+    """`ascp run` / `run_portfolios` / experiments: the matcher `resolve_matcher` loads, prefetched per case as
+    the loop does, then claim recall (PR@T of the claim with the premise as the only response)."""
+    from ascp.metrics.nli import prefetch, resolve_matcher
+
+    matcher = resolve_matcher(str(folder))
+    out = []
+    for n, (premise, claim) in enumerate(pairs):
+        unit = AnswerUnit(f"c{n}", claim=claim)
+        prefetch(matcher, [unit], [premise])
+        out.append(portfolio_recall([unit], [premise], matcher) == 1.0)
+    return out
+
+
+def _calibrate_decisions(folder: Path, pairs: list[tuple[str, str]]) -> list[bool]:
+    """`ascp calibrate --nli-model`: `load_nli_matcher(...).entails` into `redundancy`, over a two-passage pool
+    (premise, claim) per pair; the decisions `redundancy` asked for are recorded on their way back."""
+    from ascp.validation.calibration import redundancy
+
+    entails = load_nli_matcher(str(folder)).entails
+    seen: dict[tuple[str, str], bool] = {}
+
+    def recording(batch):
+        decisions = entails(batch)
+        seen.update(zip(batch, decisions, strict=True))
+        return decisions
+
+    cases = [Case(f"q{n}", "q", (Passage("p", premise), Passage("c", claim)), (AnswerUnit("a", ("x",)),))
+             for n, (premise, claim) in enumerate(pairs)]
+    rows = redundancy(cases, None, recording)
+    for case, (premise, claim) in zip(cases, pairs, strict=True):  # ordered pairs (p, c) and (c, p)
+        assert rows[case.id]["entailment"] == (seen[(premise, claim)] + seen[(claim, premise)]) / 2
+    return [seen[pair] for pair in pairs]
+
+
+@pytest.mark.parametrize("kind", ["argmax-below-half", "random", "one-logit"])
+def test_density_run_and_calibrate_decide_a_pair_alike(kind, tmp_path):
+    import math
+
+    if kind == "argmax-below-half":
+        folder = tiny_nli(tmp_path / kind, bias=BELOW_HALF)
+        assert math.exp(1.0) / (math.exp(1.0) + 2 * math.exp(0.8)) < 0.5  # the former density rule: "no"
+    elif kind == "random":
+        folder = tiny_nli(tmp_path / kind, bias=None, seed=1)
+    else:  # one logit: the former density matcher refused it; now sigmoid(logit) > 0.5 everywhere
+        folder = tiny_nli(tmp_path / kind, {0: "LABEL_0"}, bias=None, seed=2)
+    pairs = [(p, c) for p in AGREE_PREMISES for c in AGREE_CLAIMS]
+    density = _density_decisions(folder, pairs, tmp_path)
+    run = _run_decisions(folder, pairs)
+    calibrate = _calibrate_decisions(folder, pairs)
+    assert density == run == calibrate
+    if kind == "argmax-below-half":
+        assert all(run)  # argmax = entailment decides, never a probability threshold
+    else:
+        assert 0 < sum(run) < len(run), "test precondition: the random model decides both ways"
+
+
 # ------------------------------------------------------------------------------------------ end to end
 
 

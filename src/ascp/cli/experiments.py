@@ -107,8 +107,9 @@ def density_command(
     depth: Annotated[int | None, typer.Option("--depth", help="Pool depth (recipes: extend by BM25 over the "
                                               "corpus; others: keep the top N).")] = None,
     max_rank: Annotated[int, typer.Option("--max-rank", help="Deepest rank counted (N).")] = 30,
-    nli_model: Annotated[str | None, typer.Option("--nli-model", help="NLI cross-encoder (folder or cached name) "
-                                                  "to attest claim units (ELI5); default: claims are skipped.")] = None,
+    nli_model: Annotated[str | None, typer.Option("--nli-model", help="NLI model (a local folder or a cached name; "
+                                                  "the one rule of `ascp run`, docs/metrics.md) to attest claim "
+                                                  "units (ELI5); default: claims are skipped.")] = None,
     out_path: Annotated[Path | None, typer.Option("--out", help="Also write the densities as JSON.")] = None,
     embedder: EmbedderOpt = "default",
 ) -> None:
@@ -128,9 +129,10 @@ def density_command(
             raise AscpError(f"output folder {out_path.parent} does not exist; create it first.")
         matcher = None
         if nli_model is not None:
-            from ascp.metrics.attestation import NLIMatcher
+            from ascp.metrics.nli import load_nli_matcher  # the loader and decision rule of every command
 
-            matcher = NLIMatcher(nli_model)
+            with err.status(f"loading NLI model {nli_model!r}"):
+                matcher = load_nli_matcher(nli_model)
         results: list[tuple] = []  # (file, density): one row per task per file
         orders: dict[Path, str] = {}  # file -> the pool order used (auto resolves per file)
         for path in data:

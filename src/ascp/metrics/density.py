@@ -21,8 +21,10 @@ and A[i, u] = "the passage at rank i attests gold unit u" (`ascp.metrics.attesta
 
 Which cases count: a case enters rho only if its pool is non-empty and it has at least one
 attestable unit (string units that are not bare yes/no, `lexically_attestable`; claim units only
-when a matcher is given); only attestable units enter the attestation matrix. The others are
-counted in `skipped` (e.g. gold-only ALCE files, HotpotQA yes/no questions, ELI5 without NLI).
+when a matcher is given: `ascp density --nli-model` loads the one NLI matcher of `ascp.metrics.nli`,
+the rule `ascp run` recalls claims with); only attestable units enter the attestation matrix. The
+others are counted in `skipped` (e.g. gold-only ALCE files, HotpotQA yes/no questions, ELI5
+without NLI).
 """
 
 from __future__ import annotations

@@ -1,22 +1,37 @@
-"""Claim recall for ELI5 (Sec. 7.1): does a response entail a gold claim? (docs/metrics.md)
+"""The one NLI matcher: claim recall for ELI5 (Sec. 7.1) and claim attestation (docs/metrics.md)
 
 The paper scores ELI5 against ALCE's claim sentences "via NLI cross-encoder entailment rather
 than brittle string containment". ALCE's `compute_claims` (princeton-nlp/ALCE, eval.py) counts a
 claim as recalled when its NLI model (TRUE, t5_xxl_true_nli_mixture) decides entailment with
 premise = the response (`remove_citations` applied) and hypothesis = the claim. We follow that
-convention with a model the user brings (`--nli-model PATH`; nothing ships or downloads):
+convention with a model the user brings (`--nli-model PATH`; nothing ships or downloads).
 
-- `NLIClaimMatcher`: any local transformers sequence-classification folder (a sentence-transformers
-  CrossEncoder folder is one), loaded with `local_files_only=True`. Decision: the argmax label is
-  the entailment label, found in `config.id2label` (the one label containing "entail" that is not
-  negated, e.g. not "not_entailment"). A one-logit model (TRUE-style / CrossEncoder num_labels=1)
-  entails when sigmoid(logit) > 0.5, i.e. logit > 0. Pairs are batched and cached per
-  (premise, claim), so each pair is scored once per process.
+Every command that decides entailment uses this matcher and its one rule: `ascp run`, experiments
+and `run_portfolios` (claim recall, the evidence ceiling), `ascp density` (claim attestation by a
+passage, `ascp.metrics.attestation`) and `ascp calibrate --nli-model` (pairwise entailment between
+pool passages, `ascp.validation.calibration.redundancy`). So one `--nli-model` folder decides a
+(premise, hypothesis) pair the same way in every command.
+
+- `NLIClaimMatcher(PATH)` (also importable as `ascp.metrics.attestation.NLIMatcher`): any local
+  transformers sequence-classification folder (a sentence-transformers CrossEncoder folder is
+  one), or the name of a model already in the local Hugging Face cache, loaded with
+  `local_files_only=True`. The decision rule:
+  * premise: ALCE's `remove_citations` applied (citation markers "[n", "]" and " |" dropped);
+    the hypothesis is used as given;
+  * the entailment label is found in `config.id2label` (the one label containing "entail" that is
+    not negated, e.g. not "not_entailment"; none or several is an error), and a pair is entailed
+    when the **argmax** label is that label (no probability threshold);
+  * a one-logit model (TRUE-style / CrossEncoder num_labels=1) entails when sigmoid(logit) > 0.5,
+    i.e. logit > 0.
+  `entails(pairs)` decides (premise, hypothesis) pairs in batches, cached per pair so each pair is
+  scored once per process; `matcher(unit, text)` is `entails([(text, unit.claim)])[0]`, the
+  `Matcher` interface of `ascp.metrics`.
 - `LexicalClaimMatcher` (`--nli-model lexical`): a claim is recalled when at least `share` (0.5)
   of its distinct content tokens occur in the response. A cheap stand-in for smoke runs, NOT
   ALCE's metric; it is used only when asked for by that name.
 
-A case with claim units and no matcher fails before any generation (`require_matcher`).
+`load_nli_matcher(spec)` is the one loader (`lexical` or a model); a case with claim units and no
+matcher fails before any generation (`require_matcher`).
 """
 
 from __future__ import annotations
@@ -81,15 +96,31 @@ def entailment_index(id2label: dict[Any, Any], num_labels: int, where: str = FLA
     return hits[0]
 
 
+def _cached_snapshot(spec: str) -> Path | None:
+    """The local Hugging Face cache folder of the model named `spec` (e.g. cross-encoder/nli-deberta-v3-base),
+    or None when it is not cached (nothing is downloaded)."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(spec, local_files_only=True))
+    except (ImportError, OSError, ValueError):  # not cached, or not a valid model name
+        return None
+
+
 def check_nli_model(spec: str, where: str = FLAG) -> str:
-    """Cheap check (no weights loaded) that `spec` is `lexical` or an NLI model folder; its resolved form."""
+    """Cheap check (no weights loaded) that `spec` is `lexical` or an NLI model folder (or the name of a model
+    in the local Hugging Face cache); its resolved form (`lexical` or the folder's absolute path)."""
     if spec == LEXICAL:
         return spec
     path = Path(spec).expanduser()
     head = f"{where} {spec}"
     if not path.is_dir():
-        raise AscpError(f"{head} is not a folder; give a local NLI model folder (a CrossEncoder or any "
-                        f"sequence-classification model with an entailment label) or {LEXICAL}.")
+        cached = None if path.exists() else _cached_snapshot(spec)
+        if cached is None:
+            raise AscpError(f"{head} is not a folder; give a local NLI model folder (a CrossEncoder or any "
+                            "sequence-classification model with an entailment label), the name of one in the local "
+                            f"Hugging Face cache, or {LEXICAL}.")
+        path = cached
     try:
         config = json.loads((path / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -109,14 +140,46 @@ def _resolve_device(device: str) -> str:
 
 
 class NLIClaimMatcher:
-    """`matcher(unit, response)`: does the response entail `unit.claim`? (argmax = entailment)."""
+    """The one NLI matcher (rule in the module docstring): `entails(pairs)` for (premise, hypothesis)
+    pairs, `matcher(unit, text)` for "does `text` entail `unit.claim`?".
 
-    def __init__(self, model: Any, tokenizer: Any, entail: int | None, name: str, batch_size: int = 16,
-                 max_length: int = 512, cache_size: int = 1 << 16) -> None:
-        self.model, self.tokenizer, self.entail, self.name = model, tokenizer, entail, name
+    `model`: a local NLI sequence-classification folder or the name of a model in the local Hugging
+    Face cache (never downloaded). `device`: cpu, cuda[:n], mps or auto. `max_length`: tokens of
+    premise + hypothesis (truncated longest-first); None: the tokenizer's limit, else
+    min(max_position_embeddings, 512). `where`: the flag or field named in errors."""
+
+    def __init__(self, model: str | Path, device: str = "cpu", batch_size: int = 16, max_length: int | None = None,
+                 where: str = FLAG, cache_size: int = 1 << 16) -> None:
+        spec = str(model)
+        resolved = check_nli_model(spec, where)
+        if resolved == LEXICAL:
+            raise AscpError(f"{where} {LEXICAL} names the lexical approximation, not an NLI model; load it with "
+                            f"load_nli_matcher({LEXICAL!r}).")
+        if batch_size < 1:
+            raise AscpError(f"the NLI batch size must be at least 1, got {batch_size}.")
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(resolved, local_files_only=True)
+            classifier = AutoModelForSequenceClassification.from_pretrained(resolved, local_files_only=True)
+        except (OSError, ValueError, KeyError) as exc:
+            raise AscpError(f"{where} {spec} cannot be loaded as a sequence-classification model with its "
+                            f"tokenizer ({type(exc).__name__}); give a local NLI model folder.") from None
+        config = classifier.config
+        self.entail = entailment_index(config.id2label, config.num_labels, f"{where} {spec}")
+        classifier.to(_resolve_device(device)).eval()
+        if max_length is None:
+            limit = int(getattr(tokenizer, "model_max_length", 0) or 0)
+            max_length = limit if 0 < limit <= 100_000 else min(getattr(config, "max_position_embeddings", 512), 512)
+        self.model, self.tokenizer, self.name = classifier, tokenizer, resolved
         self.batch_size, self.max_length, self.cache_size = batch_size, max_length, cache_size
         self._cache: OrderedDict[tuple[str, str], bool] = OrderedDict()
         self.pairs_scored = 0  # pairs sent to the model (cache misses), for tests and logs
+
+    @property
+    def entailment_index(self) -> int | None:
+        """The entailment label's position in the logits; None for a one-logit model (sigmoid rule)."""
+        return self.entail
 
     def entails(self, pairs: Sequence[tuple[str, str]]) -> list[bool]:
         """One decision per (premise, hypothesis) pair; uncached pairs are scored in batches."""
@@ -186,30 +249,14 @@ class LexicalClaimMatcher:
 
 def load_nli_matcher(spec: str, device: str = "cpu", batch_size: int = 16, max_length: int | None = None,
                      where: str = FLAG) -> NLIClaimMatcher | LexicalClaimMatcher:
-    """The claim matcher named by `spec`: `lexical`, or a local NLI model folder (never downloaded).
+    """The one loader of the matcher named by `spec`, for every command: `lexical`, or a local NLI model
+    folder (or a model in the local Hugging Face cache; never downloaded) as `NLIClaimMatcher`.
 
     `device`: cpu, cuda[:n], mps or auto. `max_length`: tokens of premise + hypothesis (truncated
     longest-first); None: the tokenizer's limit, else min(max_position_embeddings, 512)."""
-    resolved = check_nli_model(spec, where)
-    if resolved == LEXICAL:
+    if check_nli_model(spec, where) == LEXICAL:
         return LexicalClaimMatcher()
-    if batch_size < 1:
-        raise AscpError(f"the NLI batch size must be at least 1, got {batch_size}.")
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(resolved, local_files_only=True)
-        model = AutoModelForSequenceClassification.from_pretrained(resolved, local_files_only=True)
-    except (OSError, ValueError, KeyError) as exc:
-        raise AscpError(f"{where} {spec} cannot be loaded as a sequence-classification model with its tokenizer "
-                        f"({type(exc).__name__}); give a local NLI model folder.") from None
-    config = model.config
-    entail = entailment_index(config.id2label, config.num_labels, f"{where} {spec}")
-    model.to(_resolve_device(device)).eval()
-    if max_length is None:
-        limit = int(getattr(tokenizer, "model_max_length", 0) or 0)
-        max_length = limit if 0 < limit <= 100_000 else min(getattr(config, "max_position_embeddings", 512), 512)
-    return NLIClaimMatcher(model, tokenizer, entail, resolved, batch_size=batch_size, max_length=max_length)
+    return NLIClaimMatcher(spec, device=device, batch_size=batch_size, max_length=max_length, where=where)
 
 
 def resolve_matcher(nli_model: str | Matcher | None, device: str = "auto") -> Matcher | None:
