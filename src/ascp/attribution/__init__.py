@@ -1,16 +1,42 @@
-"""Attribution estimators: the causal probe (`loo`) and the estimators it is validated against."""
+"""Attribution estimators: the causal probe (`loo`) and the estimators it is validated against.
+
+`make_estimator(name, **options)` builds one by name; `register_estimator(name, factory)` adds
+one of one's own (an `Estimator` subclass declaring its `params`). Plugins (`ascp.plugins`) are
+loaded before a name is resolved, so `ESTIMATOR_NAMES` (recomputed on each access) and every
+resolution see their registrations.
+"""
 
 from __future__ import annotations
 
+import inspect
+import re
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from ascp.attribution.base import Estimator
 from ascp.attribution.reading import free_threshold, normalize, used_mask
 from ascp.errors import AscpError
 from ascp.params import Param, validate
+from ascp.plugins import load_plugins
+
+_BUILTIN_NAMES = ("loo", "replace", "hierarchical", "contextcite", "bm25", "qd-cosine", "yd-cosine")
+_REGISTERED: dict[str, Callable[..., Estimator]] = {}  # a user's own, in registration order
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+
+F = TypeVar("F", bound=Callable[..., Estimator])
+
+if TYPE_CHECKING:
+    ESTIMATOR_NAMES: tuple[str, ...]
+else:
+    def __getattr__(name: str) -> Any:
+        # ESTIMATOR_NAMES is computed on access, so it lists plugins and later registrations.
+        if name == "ESTIMATOR_NAMES":
+            return estimator_names()
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _registry() -> dict[str, Callable[..., Estimator]]:
+    # The built-ins import lazily: some of their modules pull in scikit-learn or embedders.
     from ascp.attribution.contextcite import ContextCite
     from ascp.attribution.hierarchical import HierarchicalLOO
     from ascp.attribution.loo import LeaveOneOut, Replacement
@@ -24,28 +50,98 @@ def _registry() -> dict[str, Callable[..., Estimator]]:
         "bm25": BM25Proxy,
         "qd-cosine": lambda **kw: CosineProxy("question", **kw),
         "yd-cosine": lambda **kw: CosineProxy("response", **kw),
+        **_REGISTERED,
     }
 
 
-ESTIMATOR_NAMES = ("loo", "replace", "hierarchical", "contextcite", "bm25", "qd-cosine", "yd-cosine")
+def estimator_names() -> tuple[str, ...]:
+    """The registered estimator names, built-in first, plugins loaded."""
+    load_plugins()
+    return (*_BUILTIN_NAMES, *_REGISTERED)
+
+
+@overload
+def register_estimator(name: str, factory: F, /) -> F: ...
+@overload
+def register_estimator(name: str, factory: None = None, /) -> Callable[[F], F]: ...
+def register_estimator(name: str, factory: F | None = None, /) -> F | Callable[[F], F]:
+    """Register an estimator of one's own under `name`.
+
+    `factory` is a concrete `Estimator` subclass (or a function returning an `Estimator`) whose
+    `params` declare its keyword options; `make_estimator`, `ascp.attribute(..., estimator=name)`,
+    `ascp.Probe`, `ascp run --estimator` and `ascp estimators` then work for it as for the
+    built-ins, and the instances it makes carry `name`. Without `factory` this returns a decorator.
+    Refused with AscpError: a malformed or taken name, a class that is no concrete `Estimator`.
+    Registering the same factory (or a redefinition of it: same module and qualified name) again
+    is a no-op.
+    """
+    if factory is None:
+        return lambda f: register_estimator(name, f)
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise AscpError(f"malformed estimator name {name!r}: use letters, digits, '-' and '_', starting with a "
+                        "letter or digit (such as my-estimator).")
+    if isinstance(factory, type):
+        if not issubclass(factory, Estimator):
+            raise AscpError(f"cannot register {factory!r} as estimator {name!r}: it is not a subclass of "
+                            "ascp.Estimator; derive it from ascp.Estimator and implement score(lm, item).")
+        if inspect.isabstract(factory):
+            raise AscpError(f"cannot register {factory.__module__}.{factory.__qualname__} as estimator {name!r}: "
+                            "it does not implement score(lm, item).")
+    elif not callable(factory):
+        raise AscpError(f"cannot register {factory!r} as estimator {name!r}: give an ascp.Estimator subclass.")
+    label = _label(factory)
+    params = getattr(factory, "params", ())
+    if not isinstance(params, tuple) or not all(isinstance(p, Param) for p in params):
+        raise AscpError(f"cannot register {label} as estimator {name!r}: its params must be a tuple of ascp.Param.")
+    try:  # make_estimator calls factory(**options)
+        inspect.signature(factory).bind(**{p.name: p.default for p in params})
+    except TypeError as exc:
+        raise AscpError(f"cannot register {label} as estimator {name!r}: it must take one keyword per declared "
+                        f"param and nothing else required ({exc}).") from exc
+    if name in _BUILTIN_NAMES:
+        raise AscpError(f"estimator name {name!r} is taken (by a built-in estimator); register yours under "
+                        "another name.")
+    old = _REGISTERED.get(name)
+    if old is not None and old is not factory and (_label(old) != label or "<lambda>" in label):
+        raise AscpError(f"estimator name {name!r} is taken (by {_label(old)}); register yours under another name.")
+    _REGISTERED[name] = factory
+    return factory
+
+
+def _label(factory: Callable[..., Any]) -> str:
+    return f"{getattr(factory, '__module__', '?')}.{getattr(factory, '__qualname__', repr(factory))}"
+
+
+def _resolve(name: str) -> Callable[..., Estimator]:
+    load_plugins()
+    registry = _registry()
+    if name not in registry:
+        raise AscpError(f"unknown estimator {name!r}; choose one of {', '.join(registry)}.")
+    return registry[name]
 
 
 def estimator_params(name: str) -> tuple[Param, ...]:
     """The declared parameters of an estimator."""
     from ascp.attribution.proxies import CosineProxy
 
-    if name not in ESTIMATOR_NAMES:
-        raise AscpError(f"unknown estimator {name!r}; choose one of {', '.join(ESTIMATOR_NAMES)}.")
-    factory = _registry()[name]
-    return CosineProxy.params if name.endswith("-cosine") else factory.params  # type: ignore[attr-defined]
+    factory = _resolve(name)
+    if name in ("qd-cosine", "yd-cosine"):
+        return CosineProxy.params
+    return tuple(getattr(factory, "params", ()))
 
 
-def make_estimator(name: str, **options) -> Estimator:
+def make_estimator(name: str, **options: Any) -> Estimator:
     """Build an estimator by its canonical name; unknown names or options raise a one-sentence
     `AscpError` naming the field."""
-    params = estimator_params(name)
-    return _registry()[name](**validate(f"estimator {name!r}", params, options))
+    factory = _resolve(name)
+    estimator = factory(**validate(f"estimator {name!r}", estimator_params(name), options))
+    if name in _REGISTERED:
+        if not isinstance(estimator, Estimator):
+            raise AscpError(f"estimator {name!r}: its factory returned a {type(estimator).__name__}, not an "
+                            "ascp.Estimator; return an instance of an Estimator subclass.")
+        estimator.name = name  # the registered name, as results and listings show it
+    return estimator
 
 
-__all__ = ["ESTIMATOR_NAMES", "Estimator", "estimator_params", "free_threshold", "make_estimator", "normalize",
-           "used_mask"]
+__all__ = ["ESTIMATOR_NAMES", "Estimator", "estimator_names", "estimator_params", "free_threshold",
+           "make_estimator", "normalize", "register_estimator", "used_mask"]

@@ -329,9 +329,10 @@ def calibrate_command(
 @app.command("estimators")
 def estimators() -> None:
     """List the attribution estimators with their options."""
-    from ascp.attribution import ESTIMATOR_NAMES, estimator_params
+    from ascp.attribution import estimator_names, estimator_params
     from ascp.params import describe
 
-    out.print(_params_table("estimators", [(n, describe(estimator_params(n))) for n in ESTIMATOR_NAMES]))
+    with user_errors():  # a plugin that fails to load is one sentence
+        out.print(_params_table("estimators", [(n, describe(estimator_params(n))) for n in estimator_names()]))
 
 

@@ -335,8 +335,9 @@ def view_command(
 def policies() -> None:
     """List the scheduling policies with their options (use as `--policy 'name(option=value,...)'`)."""
     from ascp.params import describe
-    from ascp.schedulers import SCHEDULER_NAMES, scheduler_params
+    from ascp.schedulers import scheduler_names, scheduler_params
 
-    out.print(_params_table("policies", [(n, describe(scheduler_params(n))) for n in SCHEDULER_NAMES]))
+    with user_errors():  # a plugin that fails to load is one sentence
+        out.print(_params_table("policies", [(n, describe(scheduler_params(n))) for n in scheduler_names()]))
 
 

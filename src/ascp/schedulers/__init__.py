@@ -4,19 +4,25 @@ Names: the entries of `SCHEDULER_NAMES` (variants are registered names with pres
 alias in `ALIASES`, or a name with options in parentheses, `ascp(feedback=uniform,kappa=1)`:
 values parse as int, float, true/false, none, or else a bare string. Keyword options override
 those in the name. `embed_fn` is accepted by every policy and ignored by those that embed nothing.
+
+`register_scheduler(name, cls, **preset_options)` adds a policy of one's own (a `Scheduler`
+subclass declaring its `params`); plugins (`ascp.plugins`) are loaded before a name is resolved,
+so `SCHEDULER_NAMES` (recomputed on each access) and every resolution see their registrations.
 """
 
 from __future__ import annotations
 
 import inspect
 import re
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import numpy as np
 
 from ascp.errors import AscpError
 from ascp.params import Param, canonical_name, validate
+from ascp.plugins import load_plugins
 from ascp.schedulers.ascp import Ascp, ascp_greedy, ascp_objective
 from ascp.schedulers.base import PoolView, RoundFeedback, Scheduler, Selection
 from ascp.schedulers.carriage import Carriage
@@ -45,10 +51,77 @@ _REGISTRY: dict[str, tuple[type[Scheduler], dict[str, Any]]] = {
     "ascp-pin1": (Ascp, {"kappa": 1}),
     "ascp-pin2": (Ascp, {"kappa": 2}),
 }
-SCHEDULER_NAMES: tuple[str, ...] = tuple(_REGISTRY)
 ALIASES = {"fixed": "vanilla"}
+_BUILTIN = frozenset(_REGISTRY)
 
 _SPEC = re.compile(r"^\s*([A-Za-z0-9_-]+)\s*(?:\((.*)\))?\s*$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")  # what a spec's name part parses as
+
+S = TypeVar("S", bound=type[Scheduler])
+
+if TYPE_CHECKING:
+    SCHEDULER_NAMES: tuple[str, ...]
+else:
+    def __getattr__(name: str) -> Any:
+        # SCHEDULER_NAMES is computed on access, so it lists plugins and later registrations.
+        if name == "SCHEDULER_NAMES":
+            return scheduler_names()
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def scheduler_names() -> tuple[str, ...]:
+    """The registered policy names, built-in first, plugins loaded."""
+    load_plugins()
+    return tuple(_REGISTRY)
+
+
+@overload
+def register_scheduler(name: str, cls: S, /, **preset_options: Any) -> S: ...
+@overload
+def register_scheduler(name: str, cls: None = None, /, **preset_options: Any) -> Callable[[S], S]: ...
+def register_scheduler(name: str, cls: S | None = None, /, **preset_options: Any) -> S | Callable[[S], S]:
+    """Register a policy of one's own under `name`, with `preset_options` as its variant's presets.
+
+    `cls` subclasses `Scheduler`, declares its options in `params` and takes
+    `(view, k, T, rng, name=None, **options)`; `make_scheduler`, `check_scheduler`, `ascp policies`
+    and `parse_scheduler`'s `name(key=value)` syntax then work for it as for the built-ins. Without
+    `cls` this returns a class decorator. Refused with AscpError: a malformed or taken name, a class
+    that is no concrete `Scheduler`, undeclared or badly typed presets. Registering the same class
+    (or a redefinition of it: same module and qualified name) with the same presets again is a no-op.
+    """
+    if cls is None:
+        return lambda c: register_scheduler(name, c, **preset_options)
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise AscpError(f"malformed scheduler name {name!r}: use letters, digits, '-' and '_', starting with a "
+                        "letter or digit (such as my-policy).")
+    if not (isinstance(cls, type) and issubclass(cls, Scheduler)):
+        raise AscpError(f"cannot register {cls!r} as scheduler {name!r}: it is not a subclass of "
+                        "ascp.Scheduler; derive the policy from ascp.Scheduler and implement select(round, history).")
+    label = f"{cls.__module__}.{cls.__qualname__}"
+    if inspect.isabstract(cls):
+        raise AscpError(f"cannot register {label} as scheduler {name!r}: it does not implement "
+                        "select(round, history).")
+    if not isinstance(cls.params, tuple) or not all(isinstance(p, Param) for p in cls.params):
+        raise AscpError(f"cannot register {label} as scheduler {name!r}: its params must be a tuple of "
+                        "ascp.Param.")
+    try:  # make_scheduler calls cls(view, k, T, rng, name=..., **options)
+        inspect.signature(cls).bind(None, 1, 1, None, name=name, **{p.name: p.default for p in cls.params})
+    except TypeError as exc:
+        raise AscpError(f"cannot register {label} as scheduler {name!r}: its constructor must take (view, k, T, "
+                        f"rng, name=None, **options) with one keyword per declared param ({exc}).") from exc
+    preset = validate(f"scheduler {name!r}", cls.params, preset_options)
+    if name in ALIASES:
+        raise AscpError(f"scheduler name {name!r} is taken (an alias of {ALIASES[name]!r}); register the policy "
+                        "under another name.")
+    if name in _REGISTRY:
+        old_cls, old_preset = _REGISTRY[name]
+        same = (old_cls.__module__, old_cls.__qualname__) == (cls.__module__, cls.__qualname__)
+        if name in _BUILTIN or not same or old_preset != preset:
+            owner = "a built-in policy" if name in _BUILTIN else f"{old_cls.__module__}.{old_cls.__qualname__}"
+            raise AscpError(f"scheduler name {name!r} is taken (by {owner}); register the policy under "
+                            "another name.")
+    _REGISTRY[name] = (cls, preset)
+    return cls
 
 
 def parse_value(text: str) -> Any:
@@ -74,8 +147,9 @@ def parse_scheduler(spec: str) -> tuple[str, dict[str, Any]]:
         raise AscpError(f"malformed scheduler {spec!r}; write a name such as ascp or ascp(feedback=uniform,kappa=1).")
     name, args = match.group(1), match.group(2)
     name = ALIASES.get(name, name)
+    load_plugins()
     if name not in _REGISTRY:
-        raise AscpError(f"unknown scheduler {name!r}; choose one of {', '.join(SCHEDULER_NAMES)}.")
+        raise AscpError(f"unknown scheduler {name!r}; choose one of {', '.join(_REGISTRY)}.")
     options: dict[str, Any] = {}
     for part in filter(str.strip, (args or "").split(",")):
         key, sep, val = part.partition("=")
@@ -95,7 +169,11 @@ def check_scheduler(spec: str) -> str:
 
 def scheduler_params(name: str) -> tuple[Param, ...]:
     """The declared parameters of a registered policy (its preset values as defaults)."""
-    cls, preset = _REGISTRY[ALIASES.get(name, name)]
+    name = ALIASES.get(name, name)
+    load_plugins()
+    if name not in _REGISTRY:
+        raise AscpError(f"unknown scheduler {name!r}; choose one of {', '.join(_REGISTRY)}.")
+    cls, preset = _REGISTRY[name]
     return tuple(replace(p, default=preset.get(p.name, p.default)) for p in cls.params)
 
 
@@ -134,6 +212,8 @@ __all__ = [
     "make_scheduler",
     "check_scheduler",
     "parse_scheduler",
+    "register_scheduler",
+    "scheduler_names",
     "scheduler_params",
     "pool_view_from_embeddings",
 ]

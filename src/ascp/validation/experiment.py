@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ascp.attribution import ESTIMATOR_NAMES, make_estimator
+from ascp.attribution import estimator_names, make_estimator
 from ascp.attribution.base import ProbeInput
 from ascp.attribution.probe import sample_responses
 from ascp.attribution.reading import read_scores
@@ -94,7 +94,7 @@ class ValidationConfig:
             raise AscpError(f"width {bad[0]} leaves no padding beside the m={self.m} necessary passages; "
                             f"every width must exceed m.")
         parse_list(",".join(self.paddings), PADDINGS, "padding")
-        parse_list(",".join(self.estimators), ESTIMATOR_NAMES, "estimator")
+        parse_list(",".join(self.estimators), estimator_names(), "estimator")
         parse_list(",".join(self.protocols), PROTOCOLS, "protocol")
         if self.limit is not None and self.limit < 1:
             raise AscpError(f"--limit must be at least 1, got {self.limit}.")
