@@ -39,7 +39,7 @@ def print_results(
 
 SUMMARY_COLUMNS = (
     ("pr", "PR@T"), ("best_single", "best single"), ("ceiling", "ceiling"), ("ecr_thresholded", "ECR"),
-    ("used_thresholded", "used"), ("offered", "offered"), ("ecr", "ECR@T (Eq. 2)"), ("used", "used (tau(k))"),
+    ("used_thresholded", "used (tau*)"), ("offered", "offered"), ("ecr", "ECR@T (Eq. 2)"), ("used", "used (tau(k))"),
     ("groundedness", "grounded"), ("distinct_2", "distinct-2"), ("self_bleu", "self-BLEU"),
     ("concentration", "concentration"),
 )

@@ -107,7 +107,7 @@ def _blocks(frame) -> list[tuple[str, Any]]:
 # ----- tables -------------------------------------------------------------------------------------
 
 SUMMARY_METRICS = (("pr", "PR@T"), ("best_single", "best single"), ("ceiling", "evidence ceiling"),
-                   ("ecr_thresholded", "ECR"), ("used_thresholded", "used"), ("offered", "offered"),
+                   ("ecr_thresholded", "ECR"), ("used_thresholded", "used (tau*)"), ("offered", "offered"),
                    ("ecr", "ECR@T (Eq. 2)"), ("groundedness", "grounded"), ("distinct_2", "distinct-2"),
                    ("self_bleu", "self-BLEU"), ("concentration", "concentration"), ("tokens", "tokens/query"),
                    ("latency", "gen. s/query"))
