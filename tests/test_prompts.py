@@ -8,7 +8,10 @@ import numpy as np
 import pytest
 
 from ascp.errors import AscpError
-from ascp.lm.prompts import INSTRUCTIONS, PromptTemplate
+from ascp.experiments import Condition
+from ascp.experiments.plan import loop_config
+from ascp.experiments.spec import Settings
+from ascp.lm.prompts import INSTRUCTIONS, STRUCTURED, PromptTemplate, base_instruction, is_structured
 from ascp.types import Passage
 
 PASSAGES = (
@@ -167,3 +170,17 @@ def test_an_instruction_and_a_template_do_not_mix():
     assert prompt_template("commit", "A {passages} B {question}").prefix == "A "
     with pytest.raises(AscpError, match="does not apply with your own prompt template"):
         prompt_template("integrate", "A {passages} B {question}")
+
+
+def test_structured_prompt_contains_the_instruction_and_the_control(tiny_lm):
+    for base in ("commit", "integrate"):
+        name = f"{base}+structured"
+        assert is_structured(name) and base_instruction(name) == base and not is_structured(base)
+        assert INSTRUCTIONS[name] == INSTRUCTIONS[base] + " " + STRUCTURED
+        template = loop_config(Condition.parse(f"rotate(k=2,T=1,instruction={name},budget=3)"), 0,
+                               Settings()).template
+        assert template == PromptTemplate.named(name)
+        passages = (Passage(id="wiki:7", title="A", text="Born in 1850."), Passage(id="p2", title="", text="x"))
+        text = tiny_lm.encode_prompt("When was A born?", passages, template).text
+        assert INSTRUCTIONS[base] in text and STRUCTURED in text
+        assert "stop" in STRUCTURED.lower() and "pad" in STRUCTURED and "passage id" in STRUCTURED

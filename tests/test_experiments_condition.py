@@ -1,34 +1,27 @@
-"""The structured single response (Appendix D.2, Table 17): the `budget` condition field, the
-structured instructions, the decode budget end to end on the tiny model, and `table17_structured`
-with known gaps on hand-built records."""
+"""The `budget` condition field (Appendix D.2, Table 17): canonical names with and without it, one-
+sentence errors, the spec's budget axis, the decode budget end to end on the tiny model and in the
+context-window check."""
 
 from __future__ import annotations
 
 import json
-import math
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
 
 from ascp.errors import AscpError
 from ascp.experiments import Condition, load_spec, make_plan, run_experiment
-from ascp.experiments.execute import loop_config
+from ascp.experiments.plan import loop_config
 from ascp.experiments.spec import Settings
-from ascp.lm.prompts import INSTRUCTIONS, STRUCTURED, PromptTemplate, base_instruction, is_structured
 from ascp.report import write_report
-from ascp.report.build import build_tables
-from ascp.report.frame import unit_frame
-from ascp.report.replication import instruction_table, structured_table
-from ascp.types import Passage
 
 STRUCT = "rotate(k=2,T=1,instruction=integrate+structured,budget=4)"
+
+
 STRUCT_NAME = "rotate(k=2,T=1,arm=rotation,estimator=loo,instruction=integrate+structured,budget=4)"
 
-
-# ----- the condition ------------------------------------------------------------------------------
 
 def test_names_round_trip_with_and_without_budget():
     structured = Condition.parse(STRUCT)
@@ -59,8 +52,6 @@ def test_bad_budget_is_one_sentence_naming_the_field(text, message):
     assert str(info.value).startswith("condition field budget: ") and message in str(info.value)
     assert "\n" not in str(info.value) and str(info.value).endswith(".")
 
-
-# ----- specs and the decode budget on the tiny model ---------------------------------------------
 
 def write_spec(folder: Path, model_dir: Path, conditions: list, max_new_tokens: int = 3) -> Path:
     """Four cases of six passages each (as in test_experiments), hashing embedder."""
@@ -156,91 +147,3 @@ def test_the_budget_counts_in_the_context_window_check(tmp_path, tiny_model_dir)
         run_experiment(path, tmp_path / "run")
 
 
-# ----- the prompt ---------------------------------------------------------------------------------
-
-def test_structured_prompt_contains_the_instruction_and_the_control(tiny_lm):
-    for base in ("commit", "integrate"):
-        name = f"{base}+structured"
-        assert is_structured(name) and base_instruction(name) == base and not is_structured(base)
-        assert INSTRUCTIONS[name] == INSTRUCTIONS[base] + " " + STRUCTURED
-        template = loop_config(Condition.parse(f"rotate(k=2,T=1,instruction={name},budget=3)"), 0,
-                               Settings()).template
-        assert template == PromptTemplate.named(name)
-        passages = (Passage(id="wiki:7", title="A", text="Born in 1850."), Passage(id="p2", title="", text="x"))
-        text = tiny_lm.encode_prompt("When was A born?", passages, template).text
-        assert INSTRUCTIONS[base] in text and STRUCTURED in text
-        assert "stop" in STRUCTURED.lower() and "pad" in STRUCTURED and "passage id" in STRUCTURED
-
-
-# ----- Table 17 on hand-built records -------------------------------------------------------------
-
-def unit(text: str, query: str, pr: float, seed: int = 0) -> dict:
-    """A unit record with the fields the report reads (rounds carry no probe scores)."""
-    cond = Condition.parse(text)
-    rounds = [{"round": t + 1, "context": [f"{query}-d{t * cond.k + j}" for j in range(cond.k)], "response": "w",
-               "response_tokens": 1, "scores": {}, "normalized": {}, "used": [], "steered": False, "overused": 0,
-               "seconds": 0.1, "prompt_tokens": 10, "generation_seconds": 0.05} for t in range(cond.T)]
-    return {"task": "toy", "model": "m", "seed": seed, "case_id": query, **cond.fields(), "pr": pr,
-            "best_single": pr, "ecr": 0.5, "offered": float(cond.k * cond.T), "used": 1.0, "groundedness": 0.5,
-            "distinct_1": 0.5, "distinct_2": 0.5, "distinct_3": 0.5, "self_bleu": 0.1, "semantic_diversity": math.nan,
-            "concentration": 0.2, "pool": [], "seconds": 1.0, "rounds": rounds}
-
-
-# condition -> PR offset over the query's base: gaps are exact differences of these
-OFFSETS = {
-    "rotate(k=2,T=4)": 0.20, "rotate(k=2,T=4,instruction=integrate)": 0.25,
-    "rotate(k=2,T=1,instruction=commit+structured,budget=4)": 0.0,
-    "rotate(k=2,T=1,instruction=integrate+structured,budget=4)": 0.05,
-    "vanilla(k=2,T=1,instruction=integrate+structured,budget=4)": 0.05,  # the same top k: no second row
-    "rotate(k=5,T=4)": 0.30, "rotate(k=5,T=1,instruction=commit+structured,budget=4)": 0.22,
-    "rotate(k=2,T=1)": -0.10,  # unbudgeted: not a structured response
-    "rotate(k=2,T=5)": 0.40,  # T differs from every budget: unmatched
-    "vanilla(k=2,T=4)": 0.10,  # the fixed arm is no portfolio here
-    "rotate(k=2,T=4,estimator=bm25)": 0.50,  # another probe: unmatched
-}
-
-
-@pytest.fixture(scope="module")
-def frame():
-    rng = np.random.default_rng(3)
-    records = []
-    for seed in (0, 1):
-        for i in range(10):
-            base = float(rng.uniform(0.1, 0.4))
-            records += [unit(text, f"q{i}", base + offset, seed) for text, offset in OFFSETS.items()]
-    return unit_frame(records)
-
-
-def test_table17_gives_the_exact_gaps(frame):
-    table = structured_table(frame, np.random.default_rng(0), 300)
-    assert table is not None and table.key == "table17_structured"
-    got = [(d["instruction"], d["portfolio_instruction"], d["k"], d["T"], d["gap_n"], round(d["gap_mean"], 10))
-           for d in table.data]
-    assert got == [("commit", "commit", 2, 4, 20, 0.2), ("commit", "integrate", 2, 4, 20, 0.25),
-                   ("commit", "commit", 5, 4, 20, 0.08),
-                   ("integrate", "commit", 2, 4, 20, 0.15), ("integrate", "integrate", 2, 4, 20, 0.2)]
-    for d in table.data:  # a constant paired difference: the interval is the point, p at the floor
-        assert d["gap_lo"] == pytest.approx(d["gap_mean"]) and d["gap_hi"] == pytest.approx(d["gap_mean"])
-        assert d["pr_portfolio"] - d["pr_structured"] == pytest.approx(d["gap_mean"])
-        assert d["structured"].startswith("rotate(")  # rotation's S is kept when both arms ran
-    assert table.header == ["instruction", "portfolio instruction", "k", "T", "n", "portfolio PR@T",
-                            "structured PR", "gap", "95% CI"]
-    assert table.rows[0][:5] == ["commit", "commit", "2", "4", "20"] and table.rows[0][7] == "+0.200†"
-    assert table.rows[0][8] == "[+0.200, +0.200]"
-
-
-def test_table17_registered_after_table16_and_absent_without_a_pair(frame):
-    keys = [t.key for t in build_tables(frame, np.random.default_rng(0), 200)]
-    assert keys.index("table17_structured") == keys.index("table16_instruction") + 1
-    plain = frame[frame["budget"].isna()].drop(columns="budget")
-    assert structured_table(plain, np.random.default_rng(0), 200) is None  # no budget column at all
-    unmatched = frame[~frame["condition"].str.startswith("rotate(k=2,T=4,")]
-    unmatched = unmatched[~unmatched["condition"].str.startswith("rotate(k=5,")]
-    assert structured_table(unmatched, np.random.default_rng(0), 200) is None
-
-
-def test_table16_pairs_unsteered_cells_and_leaves_structured_out(frame):
-    """Table 16's keys hold steer/eta = NaN for ordinary decoding; they must still match each other."""
-    table = instruction_table(frame, np.random.default_rng(0), 200)
-    assert table is not None
-    assert [(d["k"], d["T"], round(d["delta_mean"], 10)) for d in table.data] == [(2, 4, 0.05)]
