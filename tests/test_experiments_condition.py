@@ -1,6 +1,6 @@
-"""The `budget` condition field (Appendix D.2, Table 17): canonical names with and without it, one-
-sentence errors, the spec's budget axis, the decode budget end to end on the tiny model and in the
-context-window check."""
+"""The `budget` condition field (Appendix D.2, Table 17): canonical names with and without it,
+one-sentence errors, the spec's budget axis, the decode budget end to end on the tiny model and in
+the context-window check."""
 
 from __future__ import annotations
 
