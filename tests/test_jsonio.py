@@ -1,0 +1,116 @@
+"""The one atomic writer (`ascp.jsonio`): a file or a folder is the old one or the whole new one,
+a failure leaves no temporary file behind, and `fsync` flushes the file(s) and the folder."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from ascp.errors import AscpError
+from ascp.jsonio import atomic_writer, staged_folder
+
+
+class Boom(Exception):
+    pass
+
+
+def _record_fsyncs(monkeypatch) -> list[str]:
+    """Replace os.fsync by one that records what kind of thing each call flushed."""
+    kinds: list[str] = []
+    real = os.fsync
+
+    def fake(fd: int) -> None:
+        mode = os.fstat(fd).st_mode
+        kinds.append("dir" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "other")
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fake)
+    return kinds
+
+
+def test_atomic_writer_writes_text_and_bytes_readable_by_others(tmp_path):
+    with atomic_writer(tmp_path / "a.txt") as handle:
+        handle.write("héllo\n")
+    with atomic_writer(tmp_path / "b.bin", "wb") as handle:
+        handle.write(b"\x00\x01")
+    assert (tmp_path / "a.txt").read_text(encoding="utf-8") == "héllo\n"
+    assert (tmp_path / "b.bin").read_bytes() == b"\x00\x01"
+    assert stat.S_IMODE((tmp_path / "a.txt").stat().st_mode) == 0o644
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.bin"]
+
+
+def test_a_failure_in_the_block_leaves_neither_target_nor_temporary_file(tmp_path):
+    with pytest.raises(Boom), atomic_writer(tmp_path / "new.json") as handle:
+        handle.write("partial")
+        raise Boom
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "old.json").write_text("old")
+    with pytest.raises(Boom), atomic_writer(tmp_path / "old.json", "wb", fsync=True) as handle:
+        handle.write(b"partial")
+        raise Boom
+    assert [p.name for p in tmp_path.iterdir()] == ["old.json"] and (tmp_path / "old.json").read_text() == "old"
+
+
+def test_the_handle_names_the_temporary_file_for_writers_by_path(tmp_path):
+    with atomic_writer(tmp_path / "copy.gguf", "wb") as handle:
+        assert os.path.dirname(handle.name) == str(tmp_path) and handle.name != str(tmp_path / "copy.gguf")
+        with open(handle.name, "wb") as other:  # as llama.cpp's converter writes it
+            other.write(b"converted")
+    assert (tmp_path / "copy.gguf").read_bytes() == b"converted"
+
+
+def test_atomic_writer_errors(tmp_path):
+    with pytest.raises(AscpError, match="does not exist; create it first"), atomic_writer(tmp_path / "no" / "x"):
+        pass
+    with pytest.raises(ValueError), atomic_writer(tmp_path / "x", "a"):
+        pass
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_fsync_flushes_the_file_and_its_folder_only_when_asked(tmp_path, monkeypatch):
+    kinds = _record_fsyncs(monkeypatch)
+    with atomic_writer(tmp_path / "plain.txt") as handle:
+        handle.write("x")
+    assert kinds == []
+    with atomic_writer(tmp_path / "durable.txt", fsync=True) as handle:
+        handle.write("x")
+    assert kinds == ["file", "dir"]
+
+
+def test_staged_folder_fsync_flushes_every_file_and_the_folders(tmp_path, monkeypatch):
+    kinds = _record_fsyncs(monkeypatch)
+    with staged_folder(tmp_path / "out") as tmp:
+        (tmp / "a").write_text("a")
+    assert kinds == []
+    with staged_folder(tmp_path / "durable", fsync=True) as tmp:
+        (tmp / "a").write_text("a")
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "b").write_text("b")
+    assert kinds.count("file") == 2 and kinds.count("dir") >= 3  # sub, the staged folder, out, its parent
+    assert (tmp_path / "durable" / "sub" / "b").read_text() == "b"
+
+
+@pytest.mark.parametrize("whole", [False, True])
+def test_staged_folder_publishes_all_or_nothing(tmp_path, whole):
+    out = tmp_path / "out"
+    with pytest.raises(Boom), staged_folder(out, whole=whole) as tmp:
+        (tmp / "one").write_text("1")
+        raise Boom
+    assert list(tmp_path.iterdir()) == []  # no out, no staged folder
+    with staged_folder(out, whole=whole) as tmp:
+        (tmp / "one").write_text("1")
+        (tmp / "two").write_text("2")
+    assert sorted(p.name for p in out.iterdir()) == ["one", "two"]
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755
+    (out / "kept").write_text("k")
+    with pytest.raises(Boom), staged_folder(out, whole=whole) as tmp:
+        (tmp / "one").write_text("new 1")
+        raise Boom
+    assert (out / "one").read_text() == "1" and sorted(p.name for p in out.iterdir()) == ["kept", "one", "two"]
+    with staged_folder(out, whole=whole) as tmp:
+        (tmp / "one").write_text("new 1")
+    assert (out / "one").read_text() == "new 1"
+    assert sorted(p.name for p in out.iterdir()) == (["one"] if whole else ["kept", "one", "two"])
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
