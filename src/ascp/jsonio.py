@@ -1,4 +1,6 @@
-"""JSONL in and out: line-numbered parse errors, and atomic writes (temporary file, then rename)."""
+"""JSONL in and out: line-numbered parse errors, and the one atomic writer of ascp: a file
+(`atomic_writer`) or a folder (`staged_folder`) is written beside its target and renamed into
+place only when complete, optionally flushed to disk (`fsync`)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ascp.errors import AscpError
 
@@ -46,20 +48,59 @@ def read_jsonl(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
 
 
 @contextlib.contextmanager
-def atomic_writer(path: str | Path) -> Iterator[Any]:
-    """Open a temporary file beside `path`; rename it over `path` only if the block succeeds."""
+def atomic_writer(path: str | Path, mode: str = "w", fsync: bool = False) -> Iterator[IO[Any]]:
+    """Open a temporary file beside `path` (`mode` "w": UTF-8 text, "wb": bytes); rename it over
+    `path` only if the block succeeds, else remove it, so `path` is either the old file or the
+    whole new one.
+
+    `fsync`: flush the file to disk before the rename and the folder's entry after it (a file
+    that must survive a power cut, such as an experiment store's plan). The handle's `name` is
+    the temporary path, for a writer that writes by path (llama.cpp's converter).
+    """
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_writer mode must be 'w' or 'wb', not {mode!r}")
     path = Path(path)
     if path.parent and not path.parent.exists():
         raise AscpError(f"output folder {path.parent} does not exist; create it first.")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        os.fchmod(fd, 0o644)  # mkstemp makes it private; the file becomes `path`
+        with open(tmp, mode, encoding="utf-8" if mode == "w" else None) as handle:
+            os.close(fd)
+            fd = -1
             yield handle
+            if fsync:
+                handle.flush()
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
+        if fd >= 0:
+            os.close(fd)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+    if fsync:
+        fsync_folder(path.parent)
+
+
+def fsync_folder(folder: str | Path) -> None:
+    """Flush a folder's entries (a rename into it) to disk; a no-op where folders cannot be opened."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _fsync_tree(folder: Path) -> None:
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            with path.open("rb") as handle:
+                os.fsync(handle.fileno())
+        elif path.is_dir():
+            fsync_folder(path)
+    fsync_folder(folder)
 
 
 def json_safe(obj: Any) -> Any:
@@ -94,13 +135,14 @@ def check_replaceable(out: str | Path, marker: str, what: str) -> None:
 
 
 @contextlib.contextmanager
-def staged_folder(out: str | Path, whole: bool = False) -> Iterator[Path]:
+def staged_folder(out: str | Path, whole: bool = False, fsync: bool = False) -> Iterator[Path]:
     """Yield an empty temporary folder beside `out` to write into; publish it when the block ends.
 
     On success: if `out` does not exist the folder is renamed to `out`; if it does, each file
     written is moved over its namesake in `out` (other files in `out` stay), or with `whole` the
     old `out` is replaced as a whole. On any error the temporary folder is removed and `out` is
-    untouched, so a failed write leaves nothing half-written.
+    untouched, so a failed write leaves nothing half-written. `fsync`: flush every file and
+    folder written to disk before publishing, and `out` and its parent after.
     """
     out = Path(out)
     parent = out.parent if str(out.parent) else Path(".")
@@ -108,6 +150,8 @@ def staged_folder(out: str | Path, whole: bool = False) -> Iterator[Path]:
     try:
         tmp.chmod(0o755)  # mkdtemp makes it private; the folder becomes `out`
         yield tmp
+        if fsync:
+            _fsync_tree(tmp)
         if not out.exists():
             os.replace(tmp, out)
         elif whole:
@@ -123,3 +167,6 @@ def staged_folder(out: str | Path, whole: bool = False) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if fsync:
+        fsync_folder(out)
+        fsync_folder(parent)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 
 from ascp.errors import AscpError
 from ascp.experiments.plan import UnitKey
+from ascp.jsonio import atomic_writer
 
 UNITS = "units.jsonl"
 PLAN = "plan.json"
@@ -81,31 +81,6 @@ def read_plan(directory: Path) -> dict[str, Any]:
         raise AscpError(f"{directory} is not an experiment run store (no {PLAN}); pass the --out folder of "
                         "`ascp experiment run`.")
     return json.loads(path.read_text(encoding="utf-8"))
-
-
-def write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def _first_difference(old: Any, new: Any, where: str = "") -> str:
@@ -190,7 +165,8 @@ class RunStore:
                                 "spec to resume it, or pass a new --out.")
         else:
             (self.dir / SPEC).write_text(spec_text, encoding="utf-8")
-            write_atomic(plan_path, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+            with atomic_writer(plan_path, fsync=True) as handle:  # the plan must outlive a power cut
+                handle.write(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
         path = self.dir / UNITS
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         data = path.read_bytes()

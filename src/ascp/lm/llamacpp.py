@@ -25,8 +25,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ascp.errors import AscpError
+from ascp.jsonio import atomic_writer, staged_folder
 from ascp.lm.encoded import common_prefix
 from ascp.lm.protocol import ScoredPrompts
 from ascp.lm.sampling import BatchRows, StepSampler, run_in_batches
@@ -385,20 +384,14 @@ def f16_copy(gguf: Path) -> Path:
         return target
     lib = llama_cpp_module()
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    os.close(fd)
-    try:
+    with atomic_writer(target, "wb") as handle:  # llama.cpp writes the file by its (temporary) name
         params = lib.llama_model_quantize_default_params()
         params.ftype = lib.LLAMA_FTYPE_MOSTLY_F16
         params.allow_requantize = True
         params.nthread = _threads()
-        if lib.llama_model_quantize(str(gguf).encode(), tmp.encode(), params) != 0:
+        if lib.llama_model_quantize(str(gguf).encode(), str(handle.name).encode(), params) != 0:
             raise AscpError(f"llama.cpp could not convert {gguf} to f16; pass a complete GGUF file or run the "
                             "file as given (weights='model').")
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return target
 
 
@@ -419,13 +412,8 @@ def gguf_tokenizer(gguf: Path) -> Any:
             "it is truncated or of an architecture transformers cannot read; pass a complete GGUF file."
         ) from None
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+    with staged_folder(target) as tmp:
         tokenizer.save_pretrained(tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return tokenizer
 
 

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from ascp.errors import AscpError
+from ascp.jsonio import staged_folder
 from ascp.lm.hf import HFLanguageModel
 from ascp.lm.protocol import LanguageModel
 from ascp.paths import derived_path
@@ -69,14 +68,9 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+    with staged_folder(target) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 BACKENDS = ("auto", "hf", "llamacpp")
