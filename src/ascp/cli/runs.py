@@ -299,10 +299,9 @@ def view_command(
     """Write one self-contained page of a run: per case, round by round, the context with the used
     passages marked, the response and the gold units it recovered; policies side by side."""
     with user_errors():
-        import json
-
         from ascp.data import load_cases
         from ascp.jsonio import atomic_writer
+        from ascp.loop.runfolder import read_run
         from ascp.render.pages import run_folders, run_page
 
         if not directory.is_dir():
@@ -314,7 +313,8 @@ def view_command(
         target = out_path or directory / "view.html"
         if not target.parent.exists():
             raise AscpError(f"output folder {target.parent} does not exist; create it first.")
-        config = json.loads((next(iter(runs.values())) / "summary.json").read_text(encoding="utf-8"))["config"]
+        loaded = {name: read_run(folder) for name, folder in runs.items()}
+        config = next(iter(loaded.values())).config
         data = Path(str(config.get("data", "")))
         cases = None
         if data.is_file():
@@ -324,7 +324,7 @@ def view_command(
         else:
             err.print(f"note: the data file {data} is not here; the page shows no questions or answer units.",
                       markup=False, highlight=False)
-        page = run_page(runs, cases, f"ascp view: {directory.name} ({', '.join(runs)})")
+        page = run_page(loaded, cases, f"ascp view: {directory.name} ({', '.join(runs)})")
         with atomic_writer(target) as handle:
             handle.write(page)
         err.print(f"wrote {target}", markup=False, highlight=False)

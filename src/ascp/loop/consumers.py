@@ -22,7 +22,6 @@ used), except `replay`, which keeps the recorded scores. Your own consumer: any 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,7 +119,7 @@ class Replay:
             for where, rec in _records(folder / "rounds.jsonl"):
                 self._add(where, rec, str(rec.get("case_id")))
         elif (folder / "units.jsonl").is_file():
-            units = list(_records(folder / "units.jsonl"))
+            units = _records(folder / "units.jsonl")
             names = sorted({str(u.get("condition")) for _, u in units})
             if not condition and len(names) == 1:
                 condition = names[0]
@@ -174,16 +173,15 @@ class Replay:
         return Consumption(normalized, tuple(used))
 
 
-def _records(path: Path):
-    """(where, record) for every JSON line of `path`; a line that does not parse is one sentence."""
-    with path.open(encoding="utf-8") as handle:
-        for n, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield f"{path}:{n}", json.loads(line)
-            except ValueError:
-                raise AscpError(f"replay consumer: {path}:{n} is not JSON.") from None
+def _records(path: Path) -> list[tuple[str, dict]]:
+    """(where, record) for every JSON line of `path` (the run folder's reader); a line that does not
+    parse is one sentence."""
+    from ascp.loop.runfolder import read_records
+
+    try:
+        return [(f"{path}:{n}", rec) for n, rec in read_records(path)]
+    except AscpError as exc:
+        raise AscpError(f"replay consumer: {exc}") from None
 
 
 CONSUMERS: dict[str, type[Toy] | type[Oracle] | type[Replay]] = {"toy": Toy, "oracle": Oracle, "replay": Replay}

@@ -8,11 +8,14 @@ import json
 from collections.abc import Mapping, Sequence
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ascp.errors import AscpError
 from ascp.render.html import STYLE, attribution_body
 from ascp.types import AttributionResult, Case, Round
+
+if TYPE_CHECKING:  # the loop package is imported only where a run is read
+    from ascp.loop.runfolder import RunFolder
 
 PAGE_STYLE = (
     "<style>body{margin:16px}.ascp h2{font-size:15px;margin:18px 0 4px}"
@@ -66,30 +69,17 @@ def attribution_page(results: Sequence[AttributionResult], questions: Mapping[st
 
 
 # ----- runs --------------------------------------------------------------------------------------
-def read_run(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, list[Round]]]:
-    """(summary, case rows, rounds per case) of an `ascp run` / `ascp simulate` policy folder."""
-    summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
-    rows = [json.loads(line) for line in (folder / "cases.jsonl").read_text(encoding="utf-8").splitlines() if line]
-    rounds: dict[str, list[Round]] = {}
-    for line in (folder / "rounds.jsonl").read_text(encoding="utf-8").splitlines():
-        if line:
-            record = json.loads(line)
-            rounds.setdefault(str(record["case_id"]), []).append(Round.from_json(record))
-    return summary, rows, rounds
-
-
-def run_page(runs: Mapping[str, Path], cases: Mapping[str, Case] | None, title: str) -> str:
+def run_page(runs: Mapping[str, Path | RunFolder], cases: Mapping[str, Case] | None, title: str) -> str:
     """Per case and policy, round by round: the context with used passages marked, the response,
-    the gold units the response recovered; the case's metrics; and a policy comparison on top."""
+    the gold units the response recovered; the case's metrics; and a policy comparison on top.
+    `runs`: policy name -> run folder (a path, or the folder as `read_run` gave it)."""
+    from ascp.loop.runfolder import RunFolder, read_run
     from ascp.metrics.answers import recovered_per_response
 
-    loaded = {}
-    for name, path in runs.items():
-        try:
-            loaded[name] = read_run(path)
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise AscpError(f"{path} is not a run folder this version of ascp reads ({type(exc).__name__}: {exc}); "
-                            "rerun it with `ascp run` or `ascp simulate`.") from None
+    loaded: dict[str, tuple[dict[str, Any], list[dict[str, Any]], dict[str, list[Round]]]] = {}
+    for name, given in runs.items():
+        run = given if isinstance(given, RunFolder) else read_run(given)
+        loaded[name] = (run.summary, run.cases, run.rounds())
     metric_keys = ("pr", "ecr", "ceiling", "used_ceiling", "offered", "used")
     head = "".join(f"<th>{k}</th>" for k in metric_keys)
     comparison = []
@@ -133,11 +123,12 @@ def run_page(runs: Mapping[str, Path], cases: Mapping[str, Case] | None, title: 
 def run_folders(directory: Path) -> dict[str, Path]:
     """The policy folders of an `ascp run` output (itself) or of an `ascp simulate` output (its
     subfolders), keyed by policy name."""
+    from ascp.loop.runfolder import read_summary
+
     def policy_of(folder: Path) -> str:
-        try:
-            config = json.loads((folder / "summary.json").read_text(encoding="utf-8")).get("config", {})
-        except (ValueError, AttributeError):
-            raise AscpError(f"{folder}/summary.json is not the summary of a run; rerun it with `ascp run`.") from None
+        config = read_summary(folder).get("config", {})
+        if not isinstance(config, dict):
+            raise AscpError(f"{folder}/summary.json is not the summary of a run; rerun it with `ascp run`.")
         return str(config.get("policy", folder.name))
 
     if (directory / "rounds.jsonl").is_file():
