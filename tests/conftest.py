@@ -1,13 +1,21 @@
-"""Shared fixtures: a tiny random Llama (real BPE tokenizer, no downloads) and helpers around it.
+"""Shared fixtures: a tiny random Llama (real BPE tokenizer, no downloads), helpers around it, and
+the two ways tests drive the command line (`cli` in process, `run_ascp` in a subprocess).
 
 Nothing here touches the network: the hub is forced offline before transformers is imported.
 Tests that do not need the real embedded model get a private, empty `ASCP_HOME`.
+
+Tests that start subprocesses, servers or browsers, or load a real model, are marked `slow`
+(here: every test marked `real_model`, and every test that starts a process itself, through a
+helper of its module or through a fixture), so `pytest -m "not slow"` is the fast loop.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,6 +34,8 @@ WORDS = (
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slow: starts subprocesses, servers or a browser, or loads a real model "
+                            "(set in tests/conftest.py); pytest -m 'not slow' is the fast loop")
     # Before any test module imports transformers / huggingface_hub (they read these at import).
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -36,6 +46,76 @@ def pytest_configure(config: pytest.Config) -> None:
     # OpenMP spin-waiting makes multi-threaded runs tens of times slower on a busy 2-core machine.
     # (Read by torch when it is first imported, and inherited by the CLI subprocesses.)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+_STARTS_PROCESSES = ("run_ascp(", "subprocess.", "Popen(")
+
+
+def _process_starters(module: object) -> set[str]:
+    """Names of a test module's functions that start processes, directly or through one another."""
+    import inspect
+
+    sources: dict[str, str] = {}
+    for name, value in vars(module).items():
+        func = getattr(value, "__wrapped__", getattr(value, "_fixture_function", value))
+        if inspect.isfunction(func) and func.__module__ == getattr(module, "__name__", None):
+            sources[name] = inspect.getsource(func)
+    slow = {name for name, src in sources.items() if any(s in src for s in _STARTS_PROCESSES)}
+    grew = True
+    while grew:
+        grew = False
+        for name, src in sources.items():
+            if name not in slow and any(f"{other}(" in src or f" {other}" in src for other in slow):
+                slow.add(name)
+                grew = True
+    return slow
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark as `slow` every test that loads a real model or starts a process (itself, through a
+    helper of its module, or through a fixture that does)."""
+    starters: dict[str, set[str]] = {}
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is None:
+            continue
+        if module.__name__ not in starters:
+            starters[module.__name__] = _process_starters(module)
+        slow = starters[module.__name__]
+        function = getattr(item, "function", None)
+        used = {getattr(function, "__name__", ""), *getattr(item, "fixturenames", ())}
+        if used & slow or item.get_closest_marker("real_model") is not None:
+            item.add_marker(pytest.mark.slow)
+
+
+def cli_env(home: Path | str, **extra: str) -> dict[str, str]:
+    """The environment of a CLI subprocess: this one, offline, a private ASCP_HOME, wide output."""
+    env = dict(os.environ)
+    env.update(ASCP_HOME=str(home), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", COLUMNS="200", **extra)
+    return env
+
+
+def run_ascp(*args: object, home: Path | str, timeout: float = 300, env: dict[str, str] | None = None,
+             **extra_env: str) -> subprocess.CompletedProcess[str]:
+    """`python -m ascp.cli ARGS` in a subprocess (what a user's shell runs), output captured as text.
+    `env` replaces the whole environment; otherwise it is `cli_env(home, **extra_env)`."""
+    return subprocess.run([sys.executable, "-m", "ascp.cli", *map(str, args)], capture_output=True, text=True,
+                          env=env if env is not None else cli_env(home, **extra_env), timeout=timeout, check=False)
+
+
+def invoke_cli(args: Sequence[object], **kwargs: object):
+    """The typer app in process on `args` (fast; exit code and output on the returned result)."""
+    from typer.testing import CliRunner
+
+    from ascp.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args], **kwargs)
+
+
+@pytest.fixture
+def cli() -> Callable[..., object]:
+    """`cli(*args)`: `invoke_cli` as a fixture."""
+    return lambda *args, **kwargs: invoke_cli(args, **kwargs)
 
 
 @pytest.fixture(autouse=True)

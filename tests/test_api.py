@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_ascp
 
 import ascp
 from ascp.attribution.loo import LeaveOneOut
@@ -202,14 +203,11 @@ def test_attribute_with_the_users_own_prompt(tiny_lm, tmp_path):
     assert att.scores != default.scores  # another prompt, another reading
     with pytest.raises(AscpError, match="needs one {passages} slot"):
         ascp.attribute(QUESTION, PASSAGES, RESPONSE, model=tiny_lm, template="Answer {question}")
-    import subprocess
-    import sys
 
     requests = tmp_path / "r.jsonl"
     requests.write_text(json.dumps({"id": "x", "question": QUESTION, "passages": PASSAGES, "response": RESPONSE}))
-    bad = subprocess.run([sys.executable, "-m", "ascp.cli", "attribute", "--input", str(requests), "--out",
-                          str(tmp_path / "o.jsonl"), "--template", "no slots {question}"],
-                         capture_output=True, text=True, timeout=120)
+    bad = run_ascp("attribute", "--input", requests, "--out", tmp_path / "o.jsonl", "--template",
+                   "no slots {question}", home=tmp_path / "home", timeout=120)
     assert bad.returncode == 2 and "needs one {passages} slot" in bad.stderr and not (tmp_path / "o.jsonl").exists()
 
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import cli_env, run_ascp
 
 from ascp.attribution import free_threshold
 from ascp.attribution.loo import LeaveOneOut
@@ -37,19 +37,6 @@ REQUESTS = [
 SEED = "5"
 
 
-def cli_env(home: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(ASCP_HOME=str(home), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", COLUMNS="200")
-    return env
-
-
-def run_cli(*args: str, home: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ascp.cli", *args],
-        capture_output=True, text=True, env=cli_env(home), timeout=timeout, check=False,
-    )
-
-
 def write_jsonl(path: Path, rows) -> Path:
     path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows), encoding="utf-8")
     return path
@@ -66,7 +53,7 @@ def good_run(tmp_path_factory, tiny_model_dir):
     inp = write_jsonl(base / "requests.jsonl", REQUESTS)
     out = base / "out" / "results.jsonl"
     out.parent.mkdir()
-    proc = run_cli("attribute", "--input", str(inp), "--out", str(out), "--model", str(tiny_model_dir),
+    proc = run_ascp("attribute", "--input", str(inp), "--out", str(out), "--model", str(tiny_model_dir),
                    "--seed", SEED, "--max-new-tokens", "8", home=base / "home")
     return proc, out
 
@@ -134,7 +121,7 @@ def test_free_protocol_is_reproducible_under_the_seed(good_run, tmp_path, tiny_m
     # Same seed, the free request alone: the same response (seeded per request id, not per batch).
     inp = write_jsonl(tmp_path / "free.jsonl", [REQUESTS[2]])
     again = tmp_path / "again.jsonl"
-    proc = run_cli("attribute", "--input", str(inp), "--out", str(again), "--model", str(tiny_model_dir),
+    proc = run_ascp("attribute", "--input", str(inp), "--out", str(again), "--model", str(tiny_model_dir),
                    "--seed", SEED, "--max-new-tokens", "8", home=tmp_path / "home")
     assert proc.returncode == 0, proc.stderr
     (row,) = read_jsonl(again)
@@ -144,10 +131,10 @@ def test_free_protocol_is_reproducible_under_the_seed(good_run, tmp_path, tiny_m
 
 
 def test_help_exits_zero(tmp_path):
-    proc = run_cli("--help", home=tmp_path)
+    proc = run_ascp("--help", home=tmp_path)
     assert proc.returncode == 0
     assert "attribute" in proc.stdout
-    proc = run_cli("attribute", "--help", home=tmp_path)
+    proc = run_ascp("attribute", "--help", home=tmp_path)
     assert proc.returncode == 0
     assert "--estimator" in proc.stdout and "--input" in proc.stdout
 
@@ -211,7 +198,7 @@ def test_bad_input_exits_2_with_one_sentence(case, tmp_path, tiny_model_dir):
     args = ["attribute", "--input", str(inp), "--out", str(out_dir / "results.jsonl")]
     if "--model" not in extra:
         args += ["--model", str(tiny_model_dir)]
-    proc = run_cli(*args, *extra, home=tmp_path / "home")
+    proc = run_ascp(*args, *extra, home=tmp_path / "home")
     assert_user_error(proc, must_contain)
     assert list(out_dir.iterdir()) == []  # no output file, no temporary file
 
@@ -219,7 +206,7 @@ def test_bad_input_exits_2_with_one_sentence(case, tmp_path, tiny_model_dir):
 def test_missing_output_folder(tmp_path, tiny_model_dir):
     inp = write_jsonl(tmp_path / "requests.jsonl", [request()])
     out = tmp_path / "nowhere" / "results.jsonl"
-    proc = run_cli("attribute", "--input", str(inp), "--out", str(out), "--model", str(tiny_model_dir),
+    proc = run_ascp("attribute", "--input", str(inp), "--out", str(out), "--model", str(tiny_model_dir),
                    home=tmp_path / "home")
     assert_user_error(proc, ["output folder", "does not exist"])
     assert not out.parent.exists()
@@ -232,7 +219,7 @@ def test_prompt_longer_than_the_context_window(tmp_path, small_window_model_dir,
     out_dir.mkdir()
     previous = out_dir / "results.jsonl"
     previous.write_text("earlier results\n")  # a failed run must leave an existing file untouched
-    proc = run_cli("attribute", "--input", str(inp), "--out", str(previous), "--model", str(small_window_model_dir),
+    proc = run_ascp("attribute", "--input", str(inp), "--out", str(previous), "--model", str(small_window_model_dir),
                    home=tmp_path / "home")
     message = assert_user_error(proc, ["context window of 64 tokens", "'r1'"])
     passages = [Passage(id=p["id"], text=p["text"], title=p.get("title", "")) for p in req["passages"]]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
+from conftest import invoke_cli
 
 import ascp
 import ascp.attribution as attribution
@@ -170,7 +170,7 @@ def test_a_registered_policy_gets_names_options_and_listings(registry) -> None:
 
     assert make_scheduler("stride-wide", view, 2, 2, np.random.default_rng(0)).step == 5
     assert [(p.name, p.default) for p in scheduler_params("stride-wide")] == [("step", 5)]
-    result = CliRunner().invoke(ascp_app(), ["policies"])
+    result = invoke_cli(["policies"])
     assert result.exit_code == 0 and "stride-wide" in result.output and "pool positions" in result.output
 
 
@@ -190,7 +190,7 @@ def test_a_registered_estimator_gets_names_options_and_listings(registry) -> Non
 
     absolute.params = ()  # type: ignore[attr-defined]
     assert make_estimator("solo-gain-abs").name == "solo-gain-abs"
-    result = CliRunner().invoke(ascp_app(), ["estimators"])
+    result = invoke_cli(["estimators"])
     assert result.exit_code == 0 and "solo-gain" in result.output and "no-passage baseline" in result.output
 
 
@@ -329,7 +329,7 @@ def test_a_plugin_that_fails_is_one_sentence_naming_it(registry, plugin_path, mo
         with pytest.raises(AscpError, match=message) as err:
             make_estimator("loo")
         one_sentence(err)
-    result = CliRunner().invoke(ascp_app(), ["policies"])
+    result = invoke_cli(["policies"])
     assert result.exit_code == 2 and "user_plugin_missing" in result.output and "Traceback" not in result.output
 
 
@@ -411,26 +411,19 @@ def test_the_documented_command_line_runs_with_ascp_plugins(doc_plugin, tiny_mod
     assert lines[0].startswith("export ") and dict(exports) == {"ASCP_PLUGINS": "my_plugins", "PYTHONPATH": "."}
     monkeypatch.setenv("ASCP_PLUGINS", "my_plugins")
     monkeypatch.chdir(doc_plugin)  # PYTHONPATH=. : the folder is on sys.path (doc_plugin)
-    runner = CliRunner()
-    listed = runner.invoke(ascp_app(), ["policies"])
+    listed = invoke_cli(["policies"])
     assert listed.exit_code == 0 and "fresh-strict" in listed.output and "penalty" in listed.output
-    listed = runner.invoke(ascp_app(), ["estimators"])
+    listed = invoke_cli(["estimators"])
     assert listed.exit_code == 0 and "overlap" in listed.output
     (run_line,) = [line for line in lines if line.startswith("ascp run ")]
     args = shlex.split(run_line.split("#")[0])[1:]
-    result = runner.invoke(ascp_app(), [*args, "--model", str(tiny_model_dir), "--max-new-tokens", "4"])
+    result = invoke_cli([*args, "--model", str(tiny_model_dir), "--max-new-tokens", "4"])
     assert result.exit_code == 0, result.output
     out = doc_plugin / "fresh-run"
     summary = json.loads((out / "summary.json").read_text())
     assert summary["config"]["policy"] == "fresh(penalty=1.0)" and summary["config"]["estimator"] == "overlap"
     rounds = [json.loads(x) for x in (out / "rounds.jsonl").read_text().splitlines()]
     assert len(rounds) == 3 and all(len(r["context"]) == 2 for r in rounds)
-
-
-def ascp_app():
-    from ascp.cli import app
-
-    return app
 
 
 # ----- the package root ------------------------------------------------------------------------------

@@ -14,11 +14,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import invoke_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
-from ascp.cli import app
 from ascp.errors import AscpError
 from ascp.experiments import Condition, load_spec, make_plan, run_experiment, status
 from ascp.experiments.plan import UnitKey
@@ -216,7 +215,7 @@ def test_bad_spec_is_one_sentence_naming_the_field(tmp_path, tiny_model_dir, ove
 @pytest.mark.parametrize("override", [b[0] for b in BAD_SPECS[:4]], ids=[b[1] for b in BAD_SPECS[:4]])
 def test_cli_bad_spec_exits_2_before_any_work(tmp_path, tiny_model_dir, override):
     path = write_spec(tmp_path, tiny_model_dir, **override)
-    result = CliRunner().invoke(app, ["experiment", "run", str(path), "--out", str(tmp_path / "out")])
+    result = invoke_cli(["experiment", "run", str(path), "--out", str(tmp_path / "out")])
     assert result.exit_code == 2, result.output
     assert "spec field" in result.output and "Traceback" not in result.output
     assert not (tmp_path / "out").exists()
@@ -231,9 +230,8 @@ def test_cli_bad_spec_exit_code_in_a_real_process(tmp_path, tiny_model_dir):
 
 
 def test_cli_bad_executor_options_exit_2(spec_path, tmp_path):
-    runner = CliRunner()
     for args, message in ((["--executor", "spark"], "unknown executor"), (["--workers", "2"], "applies to")):
-        result = runner.invoke(app, ["experiment", "run", str(spec_path), "--out", str(tmp_path / "o"), *args])
+        result = invoke_cli(["experiment", "run", str(spec_path), "--out", str(tmp_path / "o"), *args])
         assert result.exit_code == 2 and message in result.output
 
 
@@ -339,9 +337,9 @@ def test_status_and_parquet_export(reference):
     info = status(reference)
     assert (info["done"], info["total"], info["writer_pid"]) == (2 * N_CASES, 2 * N_CASES, None)
     assert {g["done"] for g in info["groups"]} == {N_CASES}
-    result = CliRunner().invoke(app, ["experiment", "status", str(reference)])
+    result = invoke_cli(["experiment", "status", str(reference)])
     assert result.exit_code == 0 and f"{2 * N_CASES}/{2 * N_CASES} units done" in result.output
-    result = CliRunner().invoke(app, ["experiment", "export", str(reference)])
+    result = invoke_cli(["experiment", "export", str(reference)])
     assert result.exit_code == 0, result.output
     units = pq.read_table(reference / "units.parquet").to_pylist()
     rounds = pq.read_table(reference / "rounds.parquet").to_pylist()
@@ -356,7 +354,7 @@ def test_status_and_parquet_export(reference):
 
 
 def test_status_of_a_folder_that_is_no_store(tmp_path):
-    result = CliRunner().invoke(app, ["experiment", "status", str(tmp_path)])
+    result = invoke_cli(["experiment", "status", str(tmp_path)])
     assert result.exit_code == 2 and "not an experiment run store" in result.output
 
 

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import run_ascp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -403,13 +404,7 @@ def test_steered_stream_that_does_not_fit_is_a_clear_error(tiny_lm):
 # ----- the command line ------------------------------------------------------------------------
 
 def _cli(*args, home):
-    import os
-    import subprocess
-    import sys
-
-    env = {**os.environ, "ASCP_HOME": str(home)}
-    return subprocess.run([sys.executable, "-m", "ascp.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=600)
+    return run_ascp(*args, home=home, timeout=600)
 
 
 def _cases_file(tmp_path):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import invoke_cli
 
 from ascp.data import FORMATS, detect_format, load_cases
 from ascp.data.ingredients import ingredient_key, ingredient_names
@@ -354,19 +355,17 @@ def test_density_on_a_hand_computed_example():
 
 
 def test_density_command_prints_one_row_per_task(tmp_path):
-    from typer.testing import CliRunner
 
-    from ascp.cli import app
 
     out = tmp_path / "density.json"
-    result = CliRunner().invoke(app, ["density", "--data", str(FIXTURES["hotpotqa-ircot"](tmp_path)),
+    result = invoke_cli(["density", "--data", str(FIXTURES["hotpotqa-ircot"](tmp_path)),
                                       "--data", str(FIXTURES["qampari"](tmp_path)), "--rank-by", "given",
                                       "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "hotpotqa" in result.output and "qampari" in result.output
     rows = json.loads(out.read_text())
     assert [r["task"] for r in rows] == ["hotpotqa", "qampari"] and rows[0]["rho"][:2] == [0.0, 1.0]
-    bad = CliRunner().invoke(app, ["density", "--data", str(tmp_path / "nope.json")])
+    bad = invoke_cli(["density", "--data", str(tmp_path / "nope.json")])
     assert bad.exit_code == 2 and "does not exist" in bad.output
 
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_ascp
 
 from ascp.errors import AscpError
 from ascp.lm.hf import SamplingConfig
@@ -131,11 +130,7 @@ def case_obj(cid="c1", n=6, answers=(("1850",),)):
 
 
 def ascp_cli(*args, env_home: Path):
-    import os
-
-    env = {**os.environ, "ASCP_HOME": str(env_home)}
-    return subprocess.run([sys.executable, "-m", "ascp.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=600)
+    return run_ascp(*args, home=env_home, timeout=600)
 
 
 @pytest.mark.skipif(

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from typer.testing import CliRunner
+from conftest import invoke_cli
 
-from ascp.cli import app
 from ascp.errors import AscpError
 from ascp.metrics import portfolio_recall
 from ascp.metrics.nli import (
@@ -179,7 +178,7 @@ def _density_decisions(folder: Path, pairs: list[tuple[str, str]], tmp_path: Pat
         item = {"question": f"q{n}", "claims": [claim], "docs": [{"title": "", "text": premise}]}
         path.write_text(json.dumps([item]), encoding="utf-8")
         args += ["--data", str(path)]
-    result = CliRunner().invoke(app, args)
+    result = invoke_cli(args)
     assert result.exit_code == 0, result.output
     rows = json.loads((tmp_path / "density.json").read_text())
     assert [r["support"][0] for r in rows] == [1] * len(pairs)
@@ -275,14 +274,14 @@ def test_cli_eli5_runs_with_an_nli_model(fast_cli, tmp_path, tiny_model_dir, ent
     data = eli5_file(tmp_path / "eli5.json")
     for folder, pr in ((entailing, 1.0), (contradicting, 0.0)):
         out = tmp_path / folder.name
-        result = CliRunner().invoke(app, _run_args(data, out, tiny_model_dir, "--nli-model", str(folder)))
+        result = invoke_cli(_run_args(data, out, tiny_model_dir, "--nli-model", str(folder)))
         assert result.exit_code == 0, result.output
         rows = [json.loads(line) for line in (out / "cases.jsonl").read_text().splitlines()]
         assert [r["pr"] for r in rows] == [pr, pr] and [r["ceiling"] for r in rows] == [pr, pr]
         summary = json.loads((out / "summary.json").read_text())
         assert summary["config"]["nli_model"] == str(folder.resolve()) and summary["mean"]["pr"] == pr
     out = tmp_path / "lexical"
-    result = CliRunner().invoke(app, _run_args(data, out, tiny_model_dir, "--nli-model", "lexical"))
+    result = invoke_cli(_run_args(data, out, tiny_model_dir, "--nli-model", "lexical"))
     assert result.exit_code == 0, result.output
     assert json.loads((out / "summary.json").read_text())["config"]["nli_model"] == "lexical(share=0.5)"
 
@@ -294,12 +293,12 @@ def test_cli_eli5_without_an_nli_model_fails_before_any_generation(fast_cli, tmp
     monkeypatch.setattr("ascp.lm.resolve.load_language_model", never)
     data = eli5_file(tmp_path / "eli5.json")
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, _run_args(data, out, tiny_model_dir))
+    result = invoke_cli(_run_args(data, out, tiny_model_dir))
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and "--nli-model PATH" in lines[0] and "claim units" in lines[0], result.output
     assert not out.exists()
-    result = CliRunner().invoke(app, _run_args(data, out, tiny_model_dir, "--nli-model", str(tmp_path / "nope")))
+    result = invoke_cli(_run_args(data, out, tiny_model_dir, "--nli-model", str(tmp_path / "nope")))
     assert result.exit_code == 2 and "--nli-model" in result.output and "is not a folder" in result.output
     assert len(result.output.strip().splitlines()) == 1 and not out.exists()
 

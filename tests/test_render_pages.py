@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_ascp
 
 import ascp
 from ascp.loop.consumers import Toy
@@ -94,10 +95,7 @@ def test_view_page_renders_rounds_with_used_passages_and_recovered_units(tmp_pat
 
 
 def test_view_and_html_commands_refuse_bad_input(tmp_path):
-    import os
-    import sys
 
-    env = {**os.environ, "ASCP_HOME": str(tmp_path)}
     (tmp_path / "empty").mkdir()
     old = tmp_path / "old"
     old.mkdir()
@@ -107,6 +105,5 @@ def test_view_and_html_commands_refuse_bad_input(tmp_path):
     for args, message in [(["view", str(tmp_path / "nope")], "is not a folder"),
                           (["view", str(tmp_path / "empty")], "holds no run"),
                           (["view", str(old)], "is not a run folder this version of ascp reads")]:
-        proc = subprocess.run([sys.executable, "-m", "ascp.cli", *args], capture_output=True, text=True, env=env,
-                              timeout=120)
+        proc = run_ascp(*args, home=tmp_path, timeout=120)
         assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr

@@ -10,9 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from typer.testing import CliRunner
+from conftest import invoke_cli
 
-from ascp.cli import app
 from ascp.errors import AscpError
 from ascp.experiments import Condition, run_experiment
 from ascp.report import write_report
@@ -232,18 +231,17 @@ def test_unit_frame_derives_cost_columns():
 
 
 def test_report_bad_input_is_one_sentence(tmp_path, grid_store):
-    runner = CliRunner()
-    missing = runner.invoke(app, ["report", str(tmp_path / "nope")])
+    missing = invoke_cli(["report", str(tmp_path / "nope")])
     assert missing.exit_code == 2 and "does not exist" in missing.output and "Traceback" not in missing.output
     (tmp_path / "empty").mkdir()
-    empty = runner.invoke(app, ["report", str(tmp_path / "empty")])
+    empty = invoke_cli(["report", str(tmp_path / "empty")])
     assert empty.exit_code == 2 and "not an experiment run store" in empty.output
-    orphan = runner.invoke(app, ["report", str(grid_store), "--out", str(tmp_path / "no" / "such")])
+    orphan = invoke_cli(["report", str(grid_store), "--out", str(tmp_path / "no" / "such")])
     assert orphan.exit_code == 2 and "does not exist" in orphan.output
     assert not (tmp_path / "no").exists()
-    preset = runner.invoke(app, ["report", str(grid_store), "--preset", "nope", "--out", str(tmp_path / "r")])
+    preset = invoke_cli(["report", str(grid_store), "--preset", "nope", "--out", str(tmp_path / "r")])
     assert preset.exit_code == 2 and "unknown preset 'nope'" in preset.output
-    few = runner.invoke(app, ["report", str(grid_store), "--n-boot", "5", "--out", str(tmp_path / "r")])
+    few = invoke_cli(["report", str(grid_store), "--n-boot", "5", "--out", str(tmp_path / "r")])
     assert few.exit_code == 2 and "--n-boot" in few.output and not (tmp_path / "r").exists()
 
 
@@ -274,7 +272,7 @@ def test_end_to_end_tiny_experiment_then_report(tmp_path, tiny_model_dir):
         "models": [str(tiny_model_dir)], "seeds": [0], "grid": {"arm": ["rotation", "fixed"], "k": [1], "T": [1, 2]},
         "sampling": {"max_new_tokens": 4}, "embedder": "hashing"}), encoding="utf-8")
     run_experiment(spec, tmp_path / "run")
-    result = CliRunner().invoke(app, ["report", str(tmp_path / "run"), "--n-boot", "200"])
+    result = invoke_cli(["report", str(tmp_path / "run"), "--n-boot", "200"])
     assert result.exit_code == 0, result.output
     assert "table4_grid" in result.output
     data = json.loads((tmp_path / "run" / "report" / "tables" / "tables.json").read_text(encoding="utf-8"))
@@ -285,17 +283,16 @@ def test_end_to_end_tiny_experiment_then_report(tmp_path, tiny_model_dir):
 
 
 def test_reproduce_errors_are_one_sentence(tmp_path):
-    runner = CliRunner()
-    bad = runner.invoke(app, ["reproduce", "--preset", "nope", "--out", str(tmp_path / "o"),
+    bad = invoke_cli(["reproduce", "--preset", "nope", "--out", str(tmp_path / "o"),
                               "--data-root", str(tmp_path)])
     assert bad.exit_code == 2 and "unknown preset 'nope'" in bad.output
-    missing = runner.invoke(app, ["reproduce", "--out", str(tmp_path / "o"), "--data-root", str(tmp_path / "x")])
+    missing = invoke_cli(["reproduce", "--out", str(tmp_path / "o"), "--data-root", str(tmp_path / "x")])
     assert missing.exit_code == 2 and "data folder" in missing.output
-    nofile = runner.invoke(app, ["reproduce", "--out", str(tmp_path / "o"), "--data-root", str(tmp_path)])
+    nofile = invoke_cli(["reproduce", "--out", str(tmp_path / "o"), "--data-root", str(tmp_path)])
     assert nofile.exit_code == 2 and "asqa_wikidpr_pools.json does not exist" in nofile.output
     assert not (tmp_path / "o").exists()
     # The out location is checked before any data is read (the real pools would take seconds).
-    orphan = runner.invoke(app, ["reproduce", "--out", str(tmp_path / "no" / "o"), "--data-root", str(tmp_path)])
+    orphan = invoke_cli(["reproduce", "--out", str(tmp_path / "no" / "o"), "--data-root", str(tmp_path)])
     assert orphan.exit_code == 2 and "parent folder of --out" in orphan.output
 
 

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
+from conftest import invoke_cli
 
-from ascp.cli import app
 from ascp.embed.embedders import embedded_minilm_dir
 from ascp.errors import AscpError
 from ascp.lm.hf import SamplingConfig
@@ -275,7 +274,7 @@ def jsonl_cases(path: Path) -> Path:
 def test_pools_command_writes_one_line_per_case(tmp_path):
     data = jsonl_cases(tmp_path / "cases.jsonl")
     out = tmp_path / "pools.jsonl"
-    res = CliRunner().invoke(app, ["pools", "--data", str(data), "--width", "3", "--padding", "same-query",
+    res = invoke_cli(["pools", "--data", str(data), "--width", "3", "--padding", "same-query",
                                    "--seed", "2", "--out", str(out)])
     assert res.exit_code == 0, res.output
     lines = [json.loads(x) for x in out.read_text().splitlines()]
@@ -298,7 +297,7 @@ def test_pools_command_writes_one_line_per_case(tmp_path):
 def test_bad_input_is_one_sentence_exit_2_and_nothing_written(tmp_path, args, message):
     data = jsonl_cases(tmp_path / "cases.jsonl")
     out = tmp_path / ("pools.jsonl" if args[0] == "pools" else "outdir")
-    res = CliRunner().invoke(app, [*args, "--data", str(data), "--out", str(out)])
+    res = invoke_cli([*args, "--data", str(data), "--out", str(out)])
     assert res.exit_code == 2, res.output
     assert message in res.output and "Traceback" not in res.output
     assert res.output.strip().startswith("error:") and res.output.count("\n") <= 3
@@ -308,7 +307,7 @@ def test_bad_input_is_one_sentence_exit_2_and_nothing_written(tmp_path, args, me
 def test_validate_probe_command_end_to_end(tiny_model_dir, tmp_path):
     data = jsonl_cases(tmp_path / "cases.jsonl")
     out = tmp_path / "val"
-    res = CliRunner().invoke(app, [
+    res = invoke_cli([
         "validate-probe", "--data", str(data), "--out", str(out), "--model", str(tiny_model_dir),
         "--widths", "3", "--estimators", "loo,bm25", "--protocol", "fixed", "--limit", "1",
         "--max-new-tokens", "4", "--bootstrap", "100", "--device", "cpu"])

@@ -9,16 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
+from conftest import invoke_cli
 
-from ascp.cli import app
 from ascp.errors import AscpError
 from ascp.metrics import evidence_coverage_rate, thresholded_coverage, thresholded_used
 from ascp.types import Round
 from ascp.validation import calibration as cal
 from ascp.validation.analysis import Context
-
-runner = CliRunner()
 
 
 def rnd(t: int, normalized: dict[str, float]) -> Round:
@@ -158,7 +155,7 @@ def synthetic_scores(folder: Path, cases: int = 6) -> Path:
 def test_calibrate_command_end_to_end(tmp_path):
     source = synthetic_scores(tmp_path / "val")
     out = tmp_path / "cal"
-    res = runner.invoke(app, ["calibrate", "--validation", str(source), "--out", str(out), "--bootstrap", "200"])
+    res = invoke_cli(["calibrate", "--validation", str(source), "--out", str(out), "--bootstrap", "200"])
     assert res.exit_code == 0, res.output
     result = json.loads((out / "calibration.json").read_text(encoding="utf-8"))
     tau = result["width_invariant_threshold"]["value"]
@@ -180,10 +177,10 @@ def test_calibrate_command_end_to_end(tmp_path):
 
 def test_calibrate_bad_input_is_one_sentence_and_writes_nothing(tmp_path):
     out = tmp_path / "cal"
-    res = runner.invoke(app, ["calibrate", "--validation", str(tmp_path), "--out", str(out)])
+    res = invoke_cli(["calibrate", "--validation", str(tmp_path), "--out", str(out)])
     assert res.exit_code == 2 and "holds no scores.jsonl" in res.output and not out.exists()
     source = synthetic_scores(tmp_path / "val")
-    res = runner.invoke(app, ["calibrate", "--validation", str(source), "--out", str(out), "--estimator", "bm25"])
+    res = invoke_cli(["calibrate", "--validation", str(source), "--out", str(out), "--estimator", "bm25"])
     assert res.exit_code == 2 and "no 'bm25' scores" in res.output and not out.exists()
     assert "Traceback" not in res.output
 
@@ -205,8 +202,8 @@ def test_pairwise_entailment_redundancy_counts_ordered_pairs():
 def test_calibrate_nli_model_needs_data_and_a_real_folder(tmp_path):
     source = synthetic_scores(tmp_path / "val")
     out = tmp_path / "cal"
-    res = runner.invoke(app, ["calibrate", "--validation", str(source), "--out", str(out), "--nli-model", "lexical"])
+    res = invoke_cli(["calibrate", "--validation", str(source), "--out", str(out), "--nli-model", "lexical"])
     assert res.exit_code == 2 and "needs --data" in res.output and not out.exists()
-    res = runner.invoke(app, ["calibrate", "--validation", str(source), "--out", str(out), "--data", str(source),
+    res = invoke_cli(["calibrate", "--validation", str(source), "--out", str(out), "--data", str(source),
                               "--nli-model", str(tmp_path / "no-such-model")])
     assert res.exit_code == 2 and "--nli-model" in res.output and not out.exists()
