@@ -42,9 +42,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     from ascp.data import load_cases
+    from ascp.embed.cache import EmbeddingCache
     from ascp.embed.embedders import embed
     from ascp.loop.consumers import Toy
-    from ascp.loop.simulate import EmbeddingCache, pool_views, simulate_portfolios
+    from ascp.loop.simulate import pool_views, simulate_portfolios
 
     print(f"# simulate_speed: python {platform.python_version()}, {os.cpu_count()} cpus, "
           f"loadavg(1m) at start={os.getloadavg()[0]:.2f}", flush=True)

@@ -217,18 +217,12 @@ def simulate_command(
     """The closed loop with a model-free consumer in place of the generator and probe: seconds per policy."""
     with user_errors():
         from ascp.data import load_cases_with_order
+        from ascp.embed.cache import EmbeddingCache
         from ascp.embed.embedders import check_embedder, embedder_id, resolve_embedder
         from ascp.jsonio import check_replaceable
         from ascp.loop.consumers import Oracle, Replay, make_consumer
         from ascp.loop.runfolder import check_out_dir
-        from ascp.loop.simulate import (
-            EmbeddingCache,
-            compare,
-            pool_views,
-            simulate_portfolios,
-            split_policies,
-            write_simulation,
-        )
+        from ascp.loop.simulate import compare, pool_views, simulate_portfolios, split_policies, write_simulation
         from ascp.paths import ascp_home
         from ascp.schedulers import check_scheduler
 

@@ -1,8 +1,8 @@
 """The closed loop with the generator and probe replaced by a model-free consumer (`ascp simulate`).
 
 Each case's pool is embedded once into a `PoolView` (facets, similarities), shared by every
-policy; with `EmbeddingCache` the vectors also persist across runs, so after the first run a
-simulation costs only the schedulers. Per case and round: the scheduler picks the context, the
+policy; with a persistent `ascp.embed.cache.EmbeddingCache` the vectors also persist across runs,
+so after the first run a simulation costs only the schedulers. Per case and round: the scheduler picks the context, the
 consumer (`ascp.loop.consumers`) reads it, and its reading is fed back exactly as the probe's is in
 `ascp.loop.portfolios`. Rounds are `Round` records with an empty response; per case the metrics that need
 no generator: offered, used, ECR (Eq. 2), the evidence ceiling of the offered passages
@@ -12,7 +12,6 @@ could recover).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
@@ -23,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ascp.errors import AscpError
+from ascp.embed.cache import EmbeddingCache as EmbeddingCache  # the one cache, at its old import path
 from ascp.lm.sampling import derive_seed
 from ascp.loop.consumers import Consumer
 from ascp.metrics.portfolio import evidence_ceiling, evidence_coverage_rate, offered_count, used_count
@@ -33,54 +32,6 @@ from ascp.schedulers.facets import build_pool_view
 from ascp.types import Case, Portfolio, Round
 
 SIMULATION_METRICS = ("offered", "used", "ecr", "ceiling", "used_ceiling")
-
-
-class EmbeddingCache:
-    """An embedder that remembers every text's vector in a file (`.npz`, keyed by text hash), so
-    pools embedded once are not embedded again in later runs. Call `save()` to persist.
-
-    `identity` (`ascp.embed.embedders.embedder_id`) is stored in the file; a file written by another
-    embedder is refused (one AscpError), so two embedders never share vectors. Files without it
-    were written before identities existed, by the embedded MiniLM only (`minilm`)."""
-
-    IDENTITY_KEY = "__embedder__"  # not a text hash: cannot collide with a vector's key
-    LEGACY_IDENTITY = "minilm"
-
-    def __init__(self, embed_fn: EmbedFn, path: Path, identity: str | None = None) -> None:
-        self.embed_fn, self.path, self.identity = embed_fn, Path(path), identity
-        self.vectors: dict[str, np.ndarray] = {}
-        if self.path.is_file():
-            with np.load(self.path) as data:
-                stored = str(data[self.IDENTITY_KEY]) if self.IDENTITY_KEY in data.files else self.LEGACY_IDENTITY
-                if identity is not None and stored != identity:
-                    raise AscpError(f"the embedding cache {self.path} holds vectors of embedder {stored!r}, not of "
-                                    f"--embedder {identity!r}; pass another --cache file (one per embedder).")
-                self.vectors = {key: data[key] for key in data.files if key != self.IDENTITY_KEY}
-        self._dirty = False
-
-    @staticmethod
-    def key(text: str) -> str:
-        return hashlib.blake2b(text.encode("utf-8"), digest_size=12).hexdigest()
-
-    def __call__(self, texts: Sequence[str]) -> np.ndarray:
-        keys = [self.key(t) for t in texts]
-        missing = sorted({k: t for k, t in zip(keys, texts, strict=True) if k not in self.vectors}.items())
-        if missing:
-            fresh = self.embed_fn([t for _, t in missing])
-            for (k, _), v in zip(missing, fresh, strict=True):
-                self.vectors[k] = np.asarray(v, dtype=np.float32)
-            self._dirty = True
-        return np.stack([self.vectors[k] for k in keys]).astype(np.float64)
-
-    def save(self) -> None:
-        if not self._dirty:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp.npz")
-        stamp = {} if self.identity is None else {self.IDENTITY_KEY: np.array(self.identity)}
-        np.savez(tmp, **self.vectors, **stamp)  # type: ignore[arg-type]
-        tmp.replace(self.path)
-        self._dirty = False
 
 
 def pool_views(cases: Sequence[Case], embed_fn: EmbedFn) -> dict[str, PoolView]:

@@ -1,5 +1,6 @@
-"""Small helpers shared by the policies: id mapping, cyclic windows, a response-embedding cache, and
-the base of the static facet-diversification policies (xQuAD, PM-2)."""
+"""Small helpers shared by the policies: id mapping, cyclic windows, and the base of the static
+facet-diversification policies (xQuAD, PM-2). Responses are embedded through the one embedding
+cache, `ascp.embed.cache.EmbeddingCache`."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from ascp.schedulers.base import EmbedFn, PoolView, RoundFeedback, Scheduler, Selection
+from ascp.schedulers.base import PoolView, RoundFeedback, Scheduler, Selection
 
 
 def positions(view: PoolView, ids: Iterable[str]) -> list[int]:
@@ -26,21 +27,6 @@ def cyclic_window(n: int, start: int, k: int) -> list[int]:
     if k >= n:
         return list(range(n))
     return [(start + j) % n for j in range(k)]
-
-
-class ResponseEmbedder:
-    """Embeds responses with `embed_fn`, once per distinct text."""
-
-    def __init__(self, embed_fn: EmbedFn) -> None:
-        self.embed_fn = embed_fn
-        self._cache: dict[str, np.ndarray] = {}
-
-    def __call__(self, texts: Sequence[str]) -> np.ndarray:
-        missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
-        if missing:
-            rows = np.asarray(self.embed_fn(missing), dtype=np.float64).reshape(len(missing), -1)
-            self._cache.update(zip(missing, rows, strict=True))
-        return np.stack([self._cache[t] for t in texts]) if texts else np.zeros((0, 0))
 
 
 class StaticFacetOrder(Scheduler):

@@ -16,9 +16,10 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from ascp.embed.cache import EmbeddingCache
 from ascp.errors import AscpError
 from ascp.params import Param
-from ascp.schedulers._common import ResponseEmbedder, selection
+from ascp.schedulers._common import selection
 from ascp.schedulers.base import EmbedFn, PoolView, RoundFeedback, Scheduler, Selection
 from ascp.schedulers.facets import GAMMA, M_MAX, facets_of
 from ascp.schedulers.feedback import FEEDBACKS, SIGNALS, feedback_state, history_contexts
@@ -139,7 +140,7 @@ class Ascp(Scheduler):
         self.submodular = bool(submodular)
         self.sim_threshold = sim_threshold
         self.facets = facets_of(view, float(gamma), int(m_max))
-        self._embed: ResponseEmbedder | None = None
+        self._embed: EmbeddingCache | None = None
         if feedback == "similarity":
             fn = embed_fn if embed_fn is not None else view.embed_fn
             if fn is None:
@@ -147,7 +148,7 @@ class Ascp(Scheduler):
                     "ascp with similarity feedback needs a response embedder; pass embed_fn=... or build the "
                     "PoolView with build_pool_view(case, embed_fn)."
                 )
-            self._embed = ResponseEmbedder(fn)
+            self._embed = EmbeddingCache(fn)
         # open-loop variants read only their own earlier contexts, so they ignore `history`
         self.reads_feedback = feedback in ("probe", "similarity")
         self._own: list[list[int]] = []

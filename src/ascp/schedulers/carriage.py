@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ascp.embed.cache import EmbeddingCache
 from ascp.errors import AscpError
 from ascp.params import Param
-from ascp.schedulers._common import ResponseEmbedder, cyclic_window, positions, selection
+from ascp.schedulers._common import cyclic_window, positions, selection
 from ascp.schedulers.base import EmbedFn, PoolView, RoundFeedback, Scheduler, Selection
 from ascp.schedulers.mmr import MMR_LAMBDA, mmr_order
 
@@ -58,7 +59,7 @@ class Carriage(Scheduler):
         self.stride = int(stride)
         self.list_outputs = bool(list_outputs)
         fn = embed_fn if embed_fn is not None else view.embed_fn
-        self._embed = ResponseEmbedder(fn) if fn is not None else None
+        self._embed = EmbeddingCache(fn) if fn is not None else None
         self._rel = view.embeddings @ view.query_embedding
 
     def _penalty(self, history: tuple[RoundFeedback, ...]) -> np.ndarray | None:

@@ -20,7 +20,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from ascp.attribution.reading import free_threshold, normalize, used_mask
-from ascp.schedulers._common import ResponseEmbedder, positions
+from ascp.embed.cache import EmbeddingCache
+from ascp.schedulers._common import positions
 from ascp.schedulers.base import PoolView, RoundFeedback
 
 FEEDBACKS = ("probe", "similarity", "uniform", "none")
@@ -32,7 +33,7 @@ def round_use(
     context: Sequence[int],
     fb: RoundFeedback | None,
     feedback: str,
-    embedder: ResponseEmbedder | None = None,
+    embedder: EmbeddingCache | None = None,
     sim_threshold: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(used mask over `context`, attribution mass a(d) over `context`) for one round."""
@@ -63,7 +64,7 @@ def feedback_state(
     history: Sequence[RoundFeedback | None],
     feedback: str,
     signal: str = "count",
-    embedder: ResponseEmbedder | None = None,
+    embedder: EmbeddingCache | None = None,
     sim_threshold: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(u, n) accumulated over earlier rounds (contexts[s] with feedback history[s])."""
