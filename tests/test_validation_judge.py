@@ -9,9 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
+from conftest import invoke_cli
 
-from ascp.cli import app
 from ascp.embed.embedders import hashing_embed
 from ascp.errors import AscpError
 from ascp.lm.protocol import LanguageModel, ScoredPrompts
@@ -276,7 +275,7 @@ def test_cli_judges_an_ascp_run_end_to_end(tmp_path, tiny_model_dir, monkeypatch
     data = tmp_path / "cases.jsonl"
     data.write_text("".join(json.dumps(c) + "\n" for c in CASES), encoding="utf-8")
     run = tmp_path / "run"
-    result = CliRunner().invoke(app, ["run", "--data", str(data), "--format", "jsonl", "--rank-by", "given",
+    result = invoke_cli(["run", "--data", str(data), "--format", "jsonl", "--rank-by", "given",
                                       "--policy", "rotate", "--k", "2", "--T", "2", "--model", str(tiny_model_dir),
                                       "--max-new-tokens", "4", "--device", "cpu", "--embedder", "hashing",
                                       "--out", str(run)])
@@ -285,7 +284,7 @@ def test_cli_judges_an_ascp_run_end_to_end(tmp_path, tiny_model_dir, monkeypatch
     for name in ("a", "b"):
         args = ["judge", str(run), "--judge-model", str(tiny_model_dir), "--device", "cpu", "--embedder", "hashing",
                 "--out", str(tmp_path / name)]
-        result = CliRunner().invoke(app, args)
+        result = invoke_cli(args)
         assert result.exit_code == 0, result.output
         outputs.append(tmp_path / name)
     a, b = outputs
@@ -300,9 +299,9 @@ def test_cli_judges_an_ascp_run_end_to_end(tmp_path, tiny_model_dir, monkeypatch
     report = (a / "results.md").read_text()
     assert "Command: `ascp judge" in report and "## (b)" in report and "0.654" in report
     # an earlier judge output is not replaced silently
-    result = CliRunner().invoke(app, args[:-1] + [str(a)])
+    result = invoke_cli(args[:-1] + [str(a)])
     assert result.exit_code == 2 and "already holds a judge output" in result.output
-    assert CliRunner().invoke(app, args[:-1] + [str(a), "--overwrite"]).exit_code == 0
+    assert invoke_cli(args[:-1] + [str(a), "--overwrite"]).exit_code == 0
 
 
 def _one_sentence(result) -> str:
@@ -314,15 +313,14 @@ def _one_sentence(result) -> str:
 
 def test_cli_bad_input_is_one_sentence_and_writes_nothing(tmp_path, run_folder, tiny_model_dir, monkeypatch):
     monkeypatch.setenv("COLUMNS", "400")
-    runner = CliRunner()
     out = tmp_path / "out"
     base = ["--judge-model", str(tiny_model_dir), "--embedder", "hashing", "--out", str(out)]
-    assert "is not a folder" in _one_sentence(runner.invoke(app, ["judge", str(tmp_path / "nope"), *base]))
+    assert "is not a folder" in _one_sentence(invoke_cli(["judge", str(tmp_path / "nope"), *base]))
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert "rounds.jsonl" in _one_sentence(runner.invoke(app, ["judge", str(empty), *base]))
-    line = _one_sentence(runner.invoke(app, ["judge", str(run_folder), "--judge-model", str(tmp_path / "no-model"),
+    assert "rounds.jsonl" in _one_sentence(invoke_cli(["judge", str(empty), *base]))
+    line = _one_sentence(invoke_cli(["judge", str(run_folder), "--judge-model", str(tmp_path / "no-model"),
                                              "--embedder", "hashing"]))
     assert "no-model" in line
-    assert "--limit" in _one_sentence(runner.invoke(app, ["judge", str(run_folder), *base, "--limit", "0"]))
+    assert "--limit" in _one_sentence(invoke_cli(["judge", str(run_folder), *base, "--limit", "0"]))
     assert not out.exists() and not (run_folder / "judge").exists()
