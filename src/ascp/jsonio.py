@@ -17,15 +17,21 @@ from typing import IO, Any
 from ascp.errors import AscpError
 
 
-def read_jsonl(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
-    """Parse a JSONL file into (line number, object) pairs; blank lines are skipped."""
+def read_jsonl(path: str | Path, *, missing: str | None = None, fix: str = "each line must be one JSON object",
+               not_object: str = "not an object; write one object per line",
+               empty: str | None = "add at least one request") -> list[tuple[int, dict[str, Any]]]:
+    """Parse a JSONL file into (line number, object) pairs; blank lines are skipped.
+
+    Each failure is one sentence naming the file (and line); callers word its fix: `missing` (the
+    whole sentence for an absent file), `fix` (after a line that is not JSON), `not_object` (after
+    "is a JSON list, "), `empty` (None: an empty file is no error)."""
     path = Path(path)
     if not path.is_file():
-        raise AscpError(f"input file {path} does not exist or is not a file; pass an existing JSONL file.")
+        raise AscpError(missing or f"input file {path} does not exist or is not a file; pass an existing JSONL file.")
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise AscpError(f"cannot read {path} as UTF-8 text ({exc.__class__.__name__}); check the file.") from exc
+        raise AscpError(f"cannot read {path} as UTF-8 text ({exc.__class__.__name__}); check the file.") from None
     rows = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -33,17 +39,12 @@ def read_jsonl(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise AscpError(
-                f"{path}:{number} is not valid JSON ({exc.msg} at column {exc.colno}); "
-                "each line must be one JSON object."
-            ) from exc
+            raise AscpError(f"{path}:{number} is not valid JSON ({exc.msg} at column {exc.colno}); {fix}.") from None
         if not isinstance(obj, dict):
-            raise AscpError(
-                f"{path}:{number} is a JSON {type(obj).__name__}, not an object; write one object per line."
-            )
+            raise AscpError(f"{path}:{number} is a JSON {type(obj).__name__}, {not_object}.")
         rows.append((number, obj))
-    if not rows:
-        raise AscpError(f"{path} holds no JSON lines; add at least one request.")
+    if not rows and empty is not None:
+        raise AscpError(f"{path} holds no JSON lines; {empty}.")
     return rows
 
 

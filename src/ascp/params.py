@@ -70,3 +70,10 @@ def canonical_name(base: str, options: Mapping[str, Any]) -> str:
 def describe(params: Sequence[Param]) -> list[tuple[str, str, str, str]]:
     """(name, type, default, meaning) per parameter, for listings."""
     return [(p.name, p.type_name, "none" if p.default is None else str(p.default), p.help) for p in params]
+
+
+def refused_value(param: Param) -> object:
+    """A value `validate` must refuse for `param` (what the contract tests feed every declared option)."""
+    if param.type is str:
+        return "no-such-choice" if param.choices else 12345
+    return "not-a-value"

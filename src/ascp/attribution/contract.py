@@ -17,15 +17,14 @@ downloaded); override `make_model` to use another. Plain `assert`s; nothing here
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ascp.attribution import estimator_names, estimator_params, make_estimator
 from ascp.attribution.base import Estimator, ProbeInput, Scores
-from ascp.errors import AscpError
-from ascp.params import Param
+from ascp.errors import raised_error
+from ascp.params import Param, refused_value
 from ascp.types import Passage
 
 if TYPE_CHECKING:
@@ -61,20 +60,6 @@ def random_request(k: int, seed: int) -> tuple[str, tuple[Passage, ...], str]:
 def probe_input(lm: LanguageModel, question: str, passages: tuple[Passage, ...], response: str) -> ProbeInput:
     """What the probe hands an estimator: the encoded prompt and the fixed response."""
     return ProbeInput(question, passages, lm.encode_prompt(question, passages), response, tuple(lm.encode(response)))
-
-
-def _raises(call: Callable[..., object], *args: Any, **kwargs: Any) -> AscpError | None:
-    try:
-        call(*args, **kwargs)
-    except AscpError as exc:
-        return exc
-    return None
-
-
-def _wrong_value(p: Param) -> object:
-    if p.type is str:
-        return "no-such-choice" if p.choices else 12345
-    return "not-a-value"
 
 
 class EstimatorContract:
@@ -137,9 +122,9 @@ class EstimatorContract:
             assert p.help, f"{p.name}: give it a help text (ascp estimators prints it)"
             assert p.coerce(self.estimator_name, p.default) == p.default, f"{p.name}: its default is not valid"
             assert isinstance(self.make(**{p.name: p.default}), Estimator)
-            error = _raises(self.make, **{p.name: _wrong_value(p)})
-            assert error is not None and p.name in str(error), f"{p.name}={_wrong_value(p)!r} was accepted"
-        error = _raises(self.make, no_such_option=1)
+            error = raised_error(self.make, **{p.name: refused_value(p)})
+            assert error is not None and p.name in str(error), f"{p.name}={refused_value(p)!r} was accepted"
+        error = raised_error(self.make, no_such_option=1)
         assert error is not None and "unknown option" in str(error)
 
     def test_works_through_attribute_and_probe(self) -> None:

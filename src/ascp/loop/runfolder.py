@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ascp.errors import AscpError
-from ascp.jsonio import staged_folder
+from ascp.jsonio import read_jsonl, staged_folder
 from ascp.types import Case, Portfolio, Round
 
 RUN_FILES = ("rounds.jsonl", "cases.jsonl", "summary.json")
@@ -116,26 +116,9 @@ def missing_files(folder: Path) -> list[str]:
 
 def read_records(path: Path) -> list[tuple[int, dict[str, Any]]]:
     """(line number, object) for every JSON line of a run file; blank lines are skipped."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise AscpError(f"{path.parent} holds no run ({path.name} missing); give the --out folder of `ascp run` or "
-                        "`ascp simulate`.") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise AscpError(f"cannot read {path} as UTF-8 text ({exc.__class__.__name__}); check the file.") from None
-    records = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise AscpError(f"{path}:{number} is not valid JSON ({exc.msg} at column {exc.colno}); the file is "
-                            f"damaged, {REWRITE}.") from None
-        if not isinstance(obj, dict):
-            raise AscpError(f"{path}:{number} is a JSON {type(obj).__name__}, not a record of a run; {REWRITE}.")
-        records.append((number, obj))
-    return records
+    return read_jsonl(path, missing=f"{path.parent} holds no run ({path.name} missing); give the --out folder of "
+                      "`ascp run` or `ascp simulate`.", fix=f"the file is damaged, {REWRITE}",
+                      not_object=f"not a record of a run; {REWRITE}", empty=None)
 
 
 def read_summary(folder: Path) -> dict[str, Any]:

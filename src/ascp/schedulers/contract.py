@@ -16,13 +16,13 @@ hash embedder): no model is loaded. Plain `assert`s; nothing here imports pytest
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from ascp.errors import AscpError
-from ascp.params import Param
+from ascp.errors import raised_error
+from ascp.params import Param, refused_value
 from ascp.schedulers import (
     check_scheduler,
     make_scheduler,
@@ -63,21 +63,6 @@ def fake_feedback(ids: tuple[str, ...], round: int, n_used: int = 2) -> RoundFee
     used = ids[:n_used]
     normalized = {i: (1.0 / len(used) if i in used else 0.0) for i in ids}
     return RoundFeedback(ids, normalized, used, f"response {round}: " + " ".join(used))
-
-
-def _raises(call: Callable[..., object], *args: Any, **kwargs: Any) -> AscpError | None:
-    try:
-        call(*args, **kwargs)
-    except AscpError as exc:
-        return exc
-    return None
-
-
-def _wrong_value(p: Param) -> object:
-    """A value `p` must refuse."""
-    if p.type is str:
-        return "no-such-choice" if p.choices else 12345
-    return "not-a-value"
 
 
 class SchedulerContract:
@@ -160,10 +145,10 @@ class SchedulerContract:
             assert p.help, f"{p.name}: give it a help text (ascp policies prints it)"
             assert p.coerce(base, p.default) == p.default, f"{p.name}: its default is not a valid value"
             self.make(synthetic_view(8), 2, 2, **{p.name: p.default})  # every option at its default builds
-            wrong: dict[str, Any] = {p.name: _wrong_value(p)}
-            error = _raises(self.make, synthetic_view(8), 2, 2, **wrong)
-            assert error is not None and p.name in str(error), f"{p.name}={_wrong_value(p)!r} was accepted"
-        error = _raises(self.make, synthetic_view(8), 2, 2, no_such_option=1)
+            wrong: dict[str, Any] = {p.name: refused_value(p)}
+            error = raised_error(self.make, synthetic_view(8), 2, 2, **wrong)
+            assert error is not None and p.name in str(error), f"{p.name}={refused_value(p)!r} was accepted"
+        error = raised_error(self.make, synthetic_view(8), 2, 2, no_such_option=1)
         assert error is not None and "unknown option" in str(error)
 
 
