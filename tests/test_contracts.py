@@ -25,7 +25,6 @@ import ascp.plugins as plugins
 import ascp.schedulers as schedulers
 from ascp.attribution import ESTIMATOR_NAMES, Estimator, estimator_params, make_estimator, register_estimator
 from ascp.attribution.base import ProbeInput, Scores
-from ascp.attribution.contract import EstimatorContract
 from ascp.embed.embedders import embedded_minilm_dir
 from ascp.errors import AscpError
 from ascp.params import Param
@@ -39,7 +38,8 @@ from ascp.schedulers import (
     register_scheduler,
     scheduler_params,
 )
-from ascp.schedulers.contract import SchedulerContract, synthetic_view
+from ascp.testing.estimators import EstimatorContract
+from ascp.testing.schedulers import SchedulerContract, synthetic_view
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILTIN_SCHEDULERS = tuple(SCHEDULER_NAMES)

@@ -80,7 +80,7 @@ def test_the_old_names_are_the_one_cache():
 def test_schedulers_embed_responses_through_the_cache():
     from ascp.schedulers import make_scheduler
     from ascp.schedulers.base import RoundFeedback
-    from ascp.schedulers.contract import hash_embed, synthetic_view
+    from ascp.testing.schedulers import hash_embed, synthetic_view
 
     view = synthetic_view(6)
     calls: list[list[str]] = []

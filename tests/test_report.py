@@ -299,7 +299,7 @@ def test_reproduce_errors_are_one_sentence(tmp_path):
 @pytest.mark.skipif(not (ASQA_ROOT / "asqa" / "asqa_wikidpr_pools.json").is_file(),
                     reason="the shared ASQA pools (../shared/data/asqa) are absent")
 def test_cpu_small_preset_resolves_on_the_real_data():
-    from ascp.experiments.reproduce import PRESET_CLAIMS, preset_spec
+    from ascp.report.reproduce import PRESET_CLAIMS, preset_spec
 
     spec = preset_spec("cpu-small", ASQA_ROOT, limit=3)
     names = {cond.name for cond in spec.conditions}
@@ -346,7 +346,7 @@ def test_grid_table_names_the_probe_when_cells_differ(tmp_path):
 @pytest.mark.skipif(not (ASQA_ROOT / "asqa" / "asqa_wikidpr_pools.json").is_file(),
                     reason="the shared ASQA pools (../shared/data/asqa) are absent")
 def test_reproduce_takes_another_generator_and_backend(tmp_path):
-    from ascp.experiments.reproduce import preset_spec
+    from ascp.report.reproduce import preset_spec
 
     gguf = tmp_path / "Other-Model.Q4_K_M.gguf"
     gguf.write_bytes(b"GGUF")

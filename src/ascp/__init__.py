@@ -85,7 +85,7 @@ MOVED_MODULES = {
     "ascp.lm.generation": "ascp.lm.hf",
     "ascp.nli": "ascp.metrics.nli",
     "ascp.prompts": "ascp.lm.prompts",
-    "ascp.reproduce": "ascp.experiments.reproduce",
+    "ascp.reproduce": "ascp.report.reproduce",
     "ascp.requests": "ascp.attribution.requests",
     "ascp.runio": "ascp.loop.runfolder",
     "ascp.runner": "ascp.loop.runner",

@@ -124,8 +124,8 @@ class AttributionResult:
         """The same reading for the response tokens overlapping characters [start, end) of the
         response: per-token LOO averaged over those tokens only, from the stored log-probabilities
         (no new model passes)."""
-        from ascp.attribution.reading import read_span
         from ascp.errors import AscpError
+        from ascp.reading import read_span
 
         if self.token_logprobs is None:
             raise AscpError(f"for_span needs the per-token log-probabilities of a `loo` or `replace` reading; "

@@ -14,10 +14,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from ascp.attribution.base import Estimator
-from ascp.attribution.reading import free_threshold, normalize, used_mask
 from ascp.errors import AscpError
 from ascp.params import Param, validate
 from ascp.plugins import load_plugins
+from ascp.reading import free_threshold, normalize, used_mask
 
 _BUILTIN_NAMES = ("loo", "replace", "hierarchical", "contextcite", "bm25", "qd-cosine", "yd-cosine")
 _REGISTERED: dict[str, Callable[..., Estimator]] = {}  # a user's own, in registration order

@@ -4,7 +4,7 @@ Every estimator reads a `ProbeInput` (question, ordered passages, the encoded pr
 fixed response) and returns `Scores`: one raw score per passage, in context order, with the
 tokens it fed the model. Estimators hold only their settings (they are stateless across calls).
 The expensive model passes go through the model seam (`lm.score`); normalisation and thresholds
-are cheap functions over the stored numbers (`ascp.attribution.reading`, re-exported here).
+are cheap functions over the stored numbers (`ascp.reading`, re-exported here).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ascp.attribution.reading import Reading, free_threshold, normalize, read_scores, used_mask
 from ascp.lm.encoded import EncodedPrompt
 from ascp.params import Param
+from ascp.reading import Reading, free_threshold, normalize, read_scores, used_mask
 from ascp.types import Passage
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ascp.attribution.base import Estimator, ProbeInput
-from ascp.attribution.reading import read_scores
+from ascp.reading import read_scores
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
 from ascp.lm.prompts import PromptTemplate

@@ -168,8 +168,8 @@ def report_command(
         "score) or an `ascp calibrate` folder (default: the calibrated default, docs/calibration.md).")] = None,
 ) -> None:
     """Write paper-layout tables (markdown, LaTeX), PNG figures and an HTML page for an experiment run."""
-    from ascp.experiments.reproduce import PRESET_CLAIMS, PRESETS
     from ascp.report import write_report
+    from ascp.report.reproduce import PRESET_CLAIMS, PRESETS
 
     with user_errors():
         if (directory / "comparison.json").is_file():  # an `ascp simulate` folder: its comparison table
@@ -183,7 +183,7 @@ def report_command(
         claims = PRESET_CLAIMS[preset] if preset else ()
         title = f"ascp reproduce --preset {preset}" if preset else None
         if used_threshold is not None:
-            from ascp.attribution.reading import resolve_used_threshold
+            from ascp.reading import resolve_used_threshold
 
             resolve_used_threshold(used_threshold)  # a bad value fails before the store is read
         report = write_report(directory, out_dir, n_boot=n_boot, seed=seed, claims=claims, title=title,
@@ -208,7 +208,7 @@ def reproduce_command(
     embedder: EmbedderOverrideOpt = None,
 ) -> None:
     """Run a packaged reduction of the paper's experiments, then report which of its signs reproduce."""
-    from ascp.experiments.reproduce import reproduce
+    from ascp.report.reproduce import reproduce
 
     with user_errors():
         bar, on_start, progress = _experiment_progress(preset)

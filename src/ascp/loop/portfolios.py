@@ -28,7 +28,7 @@ import numpy as np
 
 from ascp.attribution import make_estimator
 from ascp.attribution.base import Estimator, ProbeInput
-from ascp.attribution.reading import read_scores
+from ascp.reading import read_scores
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
 from ascp.lm.prompts import PromptTemplate

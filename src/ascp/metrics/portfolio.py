@@ -18,9 +18,9 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from ascp.attribution.reading import USED_THRESHOLD, check_used_threshold, raw_used
 from ascp.metrics.answers import Matcher, recovered_per_response
 from ascp.metrics.diversity import distinct_n, lexical_groundedness, self_bleu, semantic_diversity
+from ascp.reading import USED_THRESHOLD, check_used_threshold, raw_used
 from ascp.types import AnswerUnit, Case, Passage, Portfolio, Round
 
 
@@ -101,7 +101,7 @@ def evidence_coverage_rate(rounds: Sequence[Round], theta: float = 0.1) -> float
 def thresholded_used(rounds: Sequence[Round], threshold: float | None = None) -> set[str]:
     """U_T(tau) = {d : exists t, d in C_t, raw_td > 0 and raw_td >= tau}: the passages whose raw probe
     score (Eq. 3; nats per response token for `loo`) reaches a width-invariant threshold `tau` in some
-    round (ties count, relative tolerance 1e-9). None: `ascp.attribution.reading.USED_THRESHOLD`, the
+    round (ties count, relative tolerance 1e-9). None: `ascp.reading.USED_THRESHOLD`, the
     calibrated default (docs/calibration.md). The raw scale, not the normalised one: normalised
     scores sum to 1 per round, so a constant cut on them caps the used count at 1/tau whatever the
     width. tau must be positive and finite."""

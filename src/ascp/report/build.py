@@ -111,7 +111,7 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, n_boot: int
     check_replaceable(out, "index.html", "report")
     if not out.parent.is_dir():
         raise AscpError(f"the parent folder of {out} does not exist; create it first.")
-    from ascp.attribution.reading import resolve_used_threshold
+    from ascp.reading import resolve_used_threshold
 
     tau, tau_source = resolve_used_threshold(used_threshold)
     lacking = fill_ceilings(records, plan)

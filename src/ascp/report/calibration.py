@@ -7,8 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ascp.attribution.reading import PAPER_FREE_EXPONENT, PAPER_FREE_SCALE
 from ascp.jsonio import json_safe
+from ascp.reading import PAPER_FREE_EXPONENT, PAPER_FREE_SCALE
 from ascp.report.tables import num, signed
 from ascp.validation.calibration import PAPER_ELASTICITY
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ascp.attribution.reading import USED_THRESHOLD
 from ascp.metrics.portfolio import thresholded_coverage, thresholded_used
+from ascp.reading import USED_THRESHOLD
 from ascp.stats import Estimate, crossed_bootstrap, paired_bootstrap, seed_means, seed_t_interval
 from ascp.types import Round
 

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ascp.attribution.reading import free_threshold, normalize, used_mask
 from ascp.embed.cache import EmbeddingCache
+from ascp.reading import free_threshold, normalize, used_mask
 from ascp.schedulers._common import positions
 from ascp.schedulers.base import PoolView, RoundFeedback
 

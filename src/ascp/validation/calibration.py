@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from ascp.attribution.reading import (  # noqa: F401  (re-exported: the calibration's constants)
+from ascp.reading import (  # noqa: F401  (re-exported: the calibration's constants)
     PAPER_FREE_EXPONENT,
     PAPER_FREE_SCALE,
     USED_THRESHOLD,

@@ -33,10 +33,10 @@ from typing import Any
 from ascp.attribution import estimator_names, make_estimator
 from ascp.attribution.base import ProbeInput
 from ascp.attribution.probe import sample_responses
-from ascp.attribution.reading import read_scores
 from ascp.errors import AscpError
 from ascp.lm.prompts import PromptTemplate
 from ascp.lm.sampling import SamplingConfig, derive_seed
+from ascp.reading import read_scores
 from ascp.types import Case
 from ascp.validation.pools import DEFAULT_MAX_WORDS, PADDINGS, ControlledPool, PoolBuilder, Skip, check_pool_args
 

@@ -1,6 +1,6 @@
 """The scheduler contract as tests a policy's author runs against their own class.
 
-    from ascp.schedulers.contract import SchedulerContract
+    from ascp.testing.schedulers import SchedulerContract
 
     class TestMine(SchedulerContract):
         scheduler_name = "mine"          # a registered name, or a spec such as "mine(alpha=0.3)"

@@ -1,6 +1,6 @@
 """The estimator contract as tests an estimator's author runs against their own class.
 
-    from ascp.attribution.contract import EstimatorContract
+    from ascp.testing.estimators import EstimatorContract
 
     class TestMine(EstimatorContract):
         estimator_name = "mine"          # a registered name
