@@ -13,6 +13,7 @@ from ascp.experiments.executors import EXECUTORS, Progress, import_ray, run_loca
 from ascp.experiments.plan import Plan, UnitKey, make_plan
 from ascp.experiments.spec import ExperimentSpec, load_spec
 from ascp.experiments.store import RunStore, iter_rounds, read_plan, read_units, writer_pid
+from ascp.jsonio import atomic_writer
 
 
 @dataclass(frozen=True)
@@ -125,9 +126,8 @@ def export(directory: str | Path) -> tuple[Path, Path]:
         columns = list(dict.fromkeys(k for row in rows for k in row))
         arrays = [pa.array([row.get(c) for row in rows], type=types.get(c)) for c in columns]
         table = pa.Table.from_arrays(arrays, names=columns)
-        tmp = path.with_name(f".{path.name}.tmp")
-        pq.write_table(table, tmp)
-        tmp.replace(path)
+        with atomic_writer(path, "wb") as handle:
+            pq.write_table(table, handle)
     return paths
 
 
