@@ -498,3 +498,136 @@ def test_parenthesised_options_match_registered_variants() -> None:
     sched = make_scheduler("ascp(kappa=2)", view, 5, 4, np.random.default_rng(0), embed_fn=text_embed)
     assert sched.name == "ascp(kappa=2)"
     assert make_scheduler("mmr", view, 5, 4, np.random.default_rng(0), embed_fn=text_embed).name == "mmr"
+
+
+# ----------------------------------------------------------------------------------------------
+# ascp-exposure: Eq. (6) with an online exposure discount
+# ----------------------------------------------------------------------------------------------
+
+
+@st.composite
+def exposure_instances(draw):
+    inst = draw(instances())
+    inst["s"] = draw(arrays(np.float64, (inst["W"].shape[0],), elements=st.floats(0.0, 1.0)))
+    return inst
+
+
+def exposure_brute_force(C, W, pi, r, u, n, s, beta, beta_doc, lam, k) -> float:
+    """The exposure objective term by term: Eq. (6) with W[d, :] and r(d) scaled by s(d)."""
+    total = 0.0
+    for z in range(W.shape[1]):
+        miss = 1.0
+        for d in C:
+            miss *= 1.0 - s[d] * beta_doc ** u[d] * W[d, z]
+        total += pi[z] * beta ** n[z] * (1.0 - miss)
+    return total + lam * sum(s[d] * r[d] / (k * (1.0 + u[d])) for d in C)
+
+
+@settings(max_examples=150, deadline=None)
+@given(exposure_instances())
+def test_exposure_objective_equals_brute_force_and_reduces_to_eq6(inst) -> None:
+    from ascp.schedulers.ascp_exposure import exposure_objective
+
+    assert exposure_objective((), **inst) == 0.0
+    plain = {key: v for key, v in inst.items() if key != "s"}
+    ones = np.ones_like(inst["s"])
+    for C in subsets(inst["W"].shape[0]):
+        assert math.isclose(exposure_objective(C, **inst), exposure_brute_force(C, **inst), rel_tol=1e-9,
+                            abs_tol=1e-12)
+        assert math.isclose(exposure_objective(C, **{**inst, "s": ones}), ascp_objective(C, **plain), rel_tol=1e-12,
+                            abs_tol=1e-12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(exposure_instances())
+def test_exposure_objective_is_monotone_and_submodular(inst) -> None:
+    from ascp.schedulers.ascp_exposure import exposure_objective
+
+    N = inst["W"].shape[0]
+    F = {C: exposure_objective(C, **inst) for C in subsets(N)}
+    for A in F:
+        for B in F:
+            if not set(A) <= set(B):
+                continue
+            for d in set(range(N)) - set(B):
+                gain_a = F[tuple(sorted((*A, d)))] - F[A]
+                gain_b = F[tuple(sorted((*B, d)))] - F[B]
+                assert gain_a >= -1e-12  # monotone
+                assert gain_a >= gain_b - 1e-12  # diminishing returns
+
+
+@settings(max_examples=150, deadline=None)
+@given(exposure_instances(), st.booleans())
+def test_exposure_greedy_takes_the_best_marginal_gain_each_step(inst, check_bound) -> None:
+    from ascp.schedulers.ascp_exposure import exposure_greedy, exposure_objective
+
+    N = inst["W"].shape[0]
+    order = exposure_greedy(inst["W"], inst["pi"], inst["r"], inst["u"], inst["n"], inst["s"], inst["k"],
+                            inst["beta"], inst["beta_doc"], inst["lam"])
+    assert len(order) == len(set(order)) == min(inst["k"], N)
+    for step in range(len(order)):
+        base = order[:step]
+        gains = {d: exposure_objective([*base, d], **inst) - exposure_objective(base, **inst)
+                 for d in range(N) if d not in base}
+        assert gains[order[step]] >= max(gains.values()) - 1e-9
+    if check_bound:
+        best = max(exposure_objective(C, **inst) for C in itertools.combinations(range(N), len(order)))
+        assert exposure_objective(order, **inst) >= (1 - 1 / math.e) * best - 1e-9
+
+
+def test_exposure_state_counts_fresh_offers_and_re_offers() -> None:
+    from ascp.schedulers.ascp_exposure import exposure_scale, exposure_state
+
+    # round 1 offers 0, 1, 2 and uses 0; round 2 offers 0 (used before: neither, used again), 1 (ignored
+    # before: a re-offer, used now), 3 (fresh, ignored); round 3 offers 2 (ignored once: re-offer, ignored)
+    state = exposure_state(5, [[0, 1, 2], [0, 1, 3], [2]], [[0], [0, 1], []])
+    assert state.ignored.tolist() == [0, 1, 2, 1, 0]
+    assert (state.fresh_shown, state.fresh_used, state.again_shown, state.again_used) == (4, 1, 2, 1)
+    p_fresh = 2 / 6
+    assert math.isclose(state.rho(prior=0.5, strength=2.0), min(1.0, (1 + 2 * 0.5 * p_fresh) / (4 * p_fresh)))
+    assert math.isclose(state.rho(prior=0.0, strength=0.0), 1.0)  # 1 of 2 re-offers used vs 1/3 fresh: capped
+    assert exposure_scale(state, 0.5).tolist() == [1.0, 0.5, 0.25, 0.5, 1.0]
+    assert exposure_scale(state, 0.0).tolist() == [1.0, 0.0, 0.0, 0.0, 1.0]
+    empty = exposure_state(3, [], [])
+    assert math.isclose(empty.rho(prior=0.3), 0.3)  # no re-offer yet: the prior
+
+
+def test_exposure_without_discount_is_eq6() -> None:
+    """prior = 1 without learning never discounts an ignored passage: exactly ascp on any history."""
+    view = clustered_view(30, seed=4)
+    for n_used in (0, 1, 2):
+        a = run(make_scheduler("ascp-exposure(prior=1,learn=false)", view, 5, 6, np.random.default_rng(0)), 6, n_used)
+        b = run(make_scheduler("ascp", view, 5, 6, np.random.default_rng(0)), 6, n_used)
+        assert a == b
+
+
+def selective_run(name: str, view, k: int, T: int, usable: set[str]) -> list[tuple[str, ...]]:
+    """Rounds under a consumer that uses exactly the passages in `usable` (the oracle's kind)."""
+    sched = make_scheduler(name, view, k, T, np.random.default_rng(0))
+    history: list[RoundFeedback] = []
+    for t in range(1, T + 1):
+        ids = sched.select(t, tuple(history)).ids
+        history.append(feedback(ids, tuple(i for i in ids if i in usable)))
+    return [fb.context for fb in history]
+
+
+def test_exposure_leaves_ignored_passages_under_a_selective_consumer() -> None:
+    view = clustered_view(40, seed=2)
+    usable = {view.ids[0], view.ids[7], view.ids[20]}
+    stalled = {i for ctx in selective_run("ascp", view, 5, 5, usable) for i in ctx}
+    for prior in (0.5, 1.0):  # prior 1 starts as Eq. (6) and has to learn that ignored passages stay ignored
+        name = f"ascp-exposure(prior={prior})"
+        moving = selective_run(name, view, 5, 5, usable)
+        assert moving[0] == selective_run("ascp", view, 5, 1, usable)[0]  # round 1: Eq. (6)'s context
+        assert len({i for ctx in moving for i in ctx}) > len(stalled)
+    sched = make_scheduler("ascp-exposure(prior=1)", view, 5, 5, np.random.default_rng(0))
+    sched.select(5, tuple(feedback(ctx, tuple(i for i in ctx if i in usable)) for ctx in moving[:4]))
+    assert sched.last_rho < 0.5  # its re-offers of ignored passages stayed unused: the ratio fell from 1
+
+
+def test_exposure_options_are_checked() -> None:
+    view = clustered_view(10)
+    with pytest.raises(AscpError, match="prior"):
+        make_scheduler("ascp-exposure(prior=1.5)", view, 2, 2, np.random.default_rng(0))
+    assert make_scheduler("ascp-exposure(prior=0.25)", view, 2, 2, np.random.default_rng(0)).name == \
+        "ascp-exposure(prior=0.25)"

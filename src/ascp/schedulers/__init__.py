@@ -24,6 +24,7 @@ from ascp.errors import AscpError
 from ascp.params import Param, canonical_name, validate
 from ascp.plugins import load_plugins
 from ascp.schedulers.ascp import Ascp, ascp_greedy, ascp_objective
+from ascp.schedulers.ascp_exposure import AscpExposure
 from ascp.schedulers.base import PoolView, RoundFeedback, Scheduler, Selection
 from ascp.schedulers.carriage import Carriage
 from ascp.schedulers.dpp import DPP
@@ -50,6 +51,7 @@ _REGISTRY: dict[str, tuple[type[Scheduler], dict[str, Any]]] = {
     "ascp-modular": (Ascp, {"submodular": False}),
     "ascp-pin1": (Ascp, {"kappa": 1}),
     "ascp-pin2": (Ascp, {"kappa": 2}),
+    "ascp-exposure": (AscpExposure, {}),
 }
 ALIASES = {"fixed": "vanilla"}
 _BUILTIN = frozenset(_REGISTRY)
