@@ -321,3 +321,86 @@ def test_simulate_command_writes_run_folders_and_refuses_bad_input(tmp_path):
     wrong = _cli("simulate", "--data", str(other), "--k", "3", "--T", "3", "--out", str(tmp_path / "bad"),
                  "--policy", "vanilla", "--consumer", f"replay({out / 'rotate'})", home=tmp_path)
     assert wrong.returncode == 2 and "no rounds for case 'x0'" in wrong.stderr
+
+
+# ----------------------------------------------------------------------------------------------
+# fit(run=...): use probabilities fitted to a run's readings
+# ----------------------------------------------------------------------------------------------
+
+FIT_TRUTH = np.array([-0.5, -0.6, 1.5, -0.8])  # intercept, log rank, answer-bearing, log(1 + times shown)
+
+
+def synthetic_run(tmp_path, cases, T: int = 5, k: int = 5, seed: int = 0):
+    """A run folder whose probe used each shown passage with the logistic probability of FIT_TRUTH;
+    contexts are random draws from the pool, so ranks, answer-bearing passages and repeats all vary.
+    Returns the folder and the design matrix of its readings (with their true probabilities)."""
+    from ascp.loop.consumers import answer_bearing, fit_features
+
+    rng = np.random.default_rng(seed)
+    rows, X = [], []
+    for case in cases:
+        bearing = answer_bearing(case)
+        shown: dict[str, int] = {}
+        for t in range(1, T + 1):
+            context = [case.pool[i].id for i in rng.choice(len(case.pool), k, replace=False)]
+            x = fit_features(np.array([int(d.split("p")[-1]) + 1 for d in context]),
+                             np.array([d in bearing for d in context]), np.array([shown.get(d, 0) for d in context]))
+            p = 1 / (1 + np.exp(-(x @ FIT_TRUTH)))
+            used = [d for d, pd in zip(context, p, strict=True) if rng.random() < pd]
+            rows.append({"case_id": case.id, "round": t, "context": context, "used": used,
+                         "normalized": {d: (1 / len(used) if d in used else 0.0) for d in context}})
+            X.append(x)
+            for d in context:
+                shown[d] = shown.get(d, 0) + 1
+    folder = tmp_path / "synthetic-run"
+    folder.mkdir()
+    (folder / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder, np.vstack(X)
+
+
+def test_fit_recovers_the_generating_probabilities(tmp_path):
+    many = make_cases(200, 24)
+    folder, X = synthetic_run(tmp_path, many)
+    fit = make_consumer(f"fit(run={folder})")
+    fit.prepare(many)
+    assert fit.n_readings == len(X) == 200 * 5 * 5
+    # Tolerance from the model itself: the MLE's standard errors are the square roots of the diagonal of
+    # the inverse Fisher information, X' diag(p (1 - p)) X at the truth; each coefficient must lie within
+    # 4 of them (a miss has probability ~6e-5 per coefficient under the asymptotic normal), and the
+    # fitted probability of every observed feature combination within 0.05 of the true one (the
+    # delta-method sd of a fitted probability here is below 0.02).
+    p = 1 / (1 + np.exp(-(X @ FIT_TRUTH)))
+    se = np.sqrt(np.diag(np.linalg.inv(X.T @ (X * (p * (1 - p))[:, None]))))
+    assert np.all(np.abs(fit.coef - FIT_TRUTH) <= 4 * se), (fit.coef, se)
+    grid = np.unique(X, axis=0)
+    p_fit = 1 / (1 + np.exp(-(grid @ fit.coef)))
+    assert np.max(np.abs(p_fit - 1 / (1 + np.exp(-(grid @ FIT_TRUTH))))) <= 0.05
+    # Simulating with it: the probabilities of a context follow its ranks, bearing and showings.
+    case = many[0]
+    prob = fit.probability(case, [case.pool[0].id, case.pool[1].id], [])
+    assert prob[0] > prob[1]  # rank 1 is answer-bearing in make_cases, rank 2 is not
+    views = pool_views(many[:5], fake_embed)
+    portfolios = simulate_portfolios(many[:5], "ascp-exposure", 5, 4, fit, views)
+    assert all(len(p.rounds) == 4 for p in portfolios)
+
+
+def test_fit_specs_and_bad_runs(tmp_path, cases):
+    folder, _ = synthetic_run(tmp_path, cases)
+    spec = make_consumer(f"fit(run={folder},estimator=loo,seed=3,condition=rotate(k=5,T=5,arm=rotation))", seed=1)
+    assert spec.name == f"fit(run={folder},condition=rotate(k=5,T=5,arm=rotation),estimator=loo)" and spec.seed == 3
+    assert make_consumer(f"fit(run={folder})", seed=4).seed == 4
+    fit = make_consumer(f"fit(run={folder})")
+    with pytest.raises(AscpError, match="not fitted"):
+        fit.consume(cases[0], 1, [cases[0].pool[0].id], [])
+    with pytest.raises(AscpError, match="no rounds for any"):
+        fit.prepare([Case(id="other", question="q", pool=cases[0].pool, units=cases[0].units)])
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "units.jsonl").write_text(json.dumps({"case_id": "c0", "condition": "a", "estimator": "loo",
+                                                   "rounds": []}) + "\n")
+    with pytest.raises(AscpError, match="holds no unit"):
+        make_consumer(f"fit(run={store},estimator=bm25)")
+    for spec_text, message in [("fit", "give the run folder"), (f"fit({tmp_path})", "holds neither"),
+                               (f"fit(run={folder},seed=x)", "bad option value")]:
+        with pytest.raises(AscpError, match=message):
+            make_consumer(spec_text)

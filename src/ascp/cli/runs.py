@@ -200,7 +200,8 @@ def simulate_command(
                                         "the first is the baseline of the comparison.")],
     k: KOpt,
     T: TOpt,
-    consumer: Annotated[str, typer.Option("--consumer", help="toy(q=0.5), oracle or replay(run=RUN_DIR).")],
+    consumer: Annotated[str, typer.Option("--consumer", help="toy(q=0.5), oracle, replay(run=RUN_DIR) or "
+                                          "fit(run=RUN_DIR).")],
     out_dir: Annotated[Path, typer.Option("--out", help="Output folder: one run folder per policy and "
                                           "comparison.json.")],
     format: Annotated[str, typer.Option("--format", help="auto or a format name (docs/data.md).")] = "auto",
@@ -220,7 +221,7 @@ def simulate_command(
         from ascp.embed.cache import EmbeddingCache
         from ascp.embed.embedders import check_embedder, embedder_id, resolve_embedder
         from ascp.jsonio import check_replaceable
-        from ascp.loop.consumers import Oracle, Replay, make_consumer
+        from ascp.loop.consumers import Fit, Oracle, Replay, make_consumer
         from ascp.loop.runfolder import check_out_dir
         from ascp.loop.simulate import compare, pool_views, simulate_portfolios, split_policies, write_simulation
         from ascp.paths import ascp_home
@@ -259,6 +260,8 @@ def simulate_command(
             raise AscpError(f"case {short[0]!r}: its pool has fewer than k={k} passages; pass --min-pool {k}.")
         if isinstance(reader, Replay):
             reader.check(cases, T)
+        if isinstance(reader, Fit):
+            reader.prepare(cases)  # fitted before the pools are embedded: a run without these cases fails first
         with err.status(f"embedding {len(cases)} pools (cached in {cached.path})"):
             views = pool_views(cases, cached)
             cached.save()

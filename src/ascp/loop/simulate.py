@@ -59,7 +59,12 @@ def simulate_portfolios(
     cases: Sequence[Case], policy: str, k: int, T: int, consumer: Consumer, views: dict[str, PoolView],
     seed: int = 0, progress: Callable[[int], None] | None = None, **scheduler_options,
 ) -> list[Portfolio]:
-    """T rounds of `policy` per case with `consumer` in place of the generator and the probe."""
+    """T rounds of `policy` per case with `consumer` in place of the generator and the probe.
+
+    A consumer with a `prepare(cases)` method (the `fit` consumer) is given the cases first."""
+    prepare = getattr(consumer, "prepare", None)
+    if callable(prepare):
+        prepare(cases)
     portfolios = []
     for case in cases:
         start = time.perf_counter()
