@@ -110,6 +110,9 @@ def run(
                                                   "local NLI model folder (ALCE claim recall by entailment) or "
                                                   "'lexical' (an approximation, not ALCE's metric).")] = None,
     embedder: EmbedderOpt = "default",
+    alce_out: Annotated[Path | None, typer.Option("--alce-out", help="Also write the portfolios in ALCE's result "
+                                                  "format into this folder (<task>-round<t>.json and "
+                                                  "<task>-portfolio.json, for ALCE's eval.py; docs/alce.md).")] = None,
 ) -> None:
     """Run T rounds of one scheduling policy on every case and write the portfolio with its metrics."""
     with user_errors():
@@ -140,6 +143,12 @@ def run(
         if nli_model is not None:
             check_nli_model(nli_model)
         check_out_dir(out_dir, overwrite=overwrite)
+        if alce_out is not None:
+            from ascp.data import detect_format
+            from ascp.integrations.alce import check_alce_out
+
+            check_alce_out(alce_out, detect_format(data) if format == "auto" else format, overwrite=overwrite,
+                           run_dir=out_dir)
         cases, order = load_cases_with_order(data, format=format, rank_by=rank_by, limit=limit, embed_fn=embed_fn)
         require_matcher(cases, nli_model is not None)
         matcher = None
@@ -155,9 +164,18 @@ def run(
                       "sampling": SamplingConfig(max_new_tokens=max_new_tokens).__dict__,
                       "steer": steer_config.to_json() if steer_config else None,
                       "template": prompt, "system": system, "nli_model": matcher_name(matcher)}
+        alce = None
+        if alce_out is not None:  # built before anything is written: a failure leaves no run behind
+            from ascp.data.detect import read_json_list
+            from ascp.integrations.alce import alce_results, write_alce
+
+            alce = alce_results(read_json_list(data, "ALCE items"), cases, portfolios, run_config)
         summary = write_run(out_dir, cases, portfolios, rows, run_config)
         out.print(summary_table({policy: summary["mean"]}, title=f"{data.name}: {len(rows)} cases, k={k}, T={T}"))
         err.print(f"wrote {out_dir}/rounds.jsonl, cases.jsonl, summary.json")
+        if alce_out is not None and alce is not None:
+            written = write_alce(alce_out, alce)
+            err.print(f"wrote {len(written)} ALCE result files into {alce_out}", markup=False, highlight=False)
 
 
 @app.command()
