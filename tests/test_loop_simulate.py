@@ -321,6 +321,17 @@ def test_simulate_command_writes_run_folders_and_refuses_bad_input(tmp_path):
     wrong = _cli("simulate", "--data", str(other), "--k", "3", "--T", "3", "--out", str(tmp_path / "bad"),
                  "--policy", "vanilla", "--consumer", f"replay({out / 'rotate'})", home=tmp_path)
     assert wrong.returncode == 2 and "no rounds for case 'x0'" in wrong.stderr
+    # fit(run=...): the rotate run's readings fitted, simulated under another policy and T; a run of
+    # other cases is one sentence before anything is embedded.
+    fitted = _cli(*base[:-1], str(tmp_path / "fitted"), "--policy", "ascp-exposure", "--T", "4", "--consumer",
+                  f"fit(run={out / 'rotate'})", home=tmp_path)
+    assert fitted.returncode == 0, fitted.stderr
+    assert json.loads((tmp_path / "fitted" / "comparison.json").read_text())["config"]["T"] == 4
+    elsewhere = tmp_path / "elsewhere.jsonl"  # no case of the recorded run
+    elsewhere.write_text(data.read_text().replace('"id": "c', '"id": "z'))
+    wrong_fit = _cli("simulate", "--data", str(elsewhere), "--k", "3", "--T", "3", "--out", str(tmp_path / "bad"),
+                     "--policy", "vanilla", "--consumer", f"fit(run={out / 'rotate'})", home=tmp_path)
+    assert wrong_fit.returncode == 2 and "no rounds for any" in wrong_fit.stderr, wrong_fit.stderr
 
 
 # ----------------------------------------------------------------------------------------------

@@ -576,7 +576,7 @@ def test_exposure_greedy_takes_the_best_marginal_gain_each_step(inst, check_boun
 
 
 def test_exposure_state_counts_fresh_offers_and_re_offers() -> None:
-    from ascp.schedulers.ascp_exposure import exposure_scale, exposure_state
+    from ascp.schedulers.ascp_exposure import exposure_scale, exposure_state, facet_scale
 
     # round 1 offers 0, 1, 2 and uses 0; round 2 offers 0 (used before: neither, used again), 1 (ignored
     # before: a re-offer, used now), 3 (fresh, ignored); round 3 offers 2 (ignored once: re-offer, ignored)
@@ -588,6 +588,10 @@ def test_exposure_state_counts_fresh_offers_and_re_offers() -> None:
     assert math.isclose(state.rho(prior=0.0, strength=0.0), 1.0)  # 1 of 2 re-offers used vs 1/3 fresh: capped
     assert exposure_scale(state, 0.5).tolist() == [1.0, 0.5, 0.25, 0.5, 1.0]
     assert exposure_scale(state, 0.0).tolist() == [1.0, 0.0, 0.0, 0.0, 1.0]
+    W = np.array([[1.0, 0.0], [0.5, 0.5], [0.0, 1.0], [0.0, 0.2], [1.0, 1.0]])
+    m = state.ignored @ W  # facet 0: 1 * 0.5 + 2 * 0 + ... = 0.5; facet 1: 0.5 + 2 * 1 + 0.2 = 2.7
+    assert np.allclose(facet_scale(state, W, 0.5), 0.5**m) and np.allclose(m, [0.5, 2.7])
+    assert facet_scale(state, W, 1.0).tolist() == [1.0, 1.0]
     empty = exposure_state(3, [], [])
     assert math.isclose(empty.rho(prior=0.3), 0.3)  # no re-offer yet: the prior
 
