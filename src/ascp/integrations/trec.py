@@ -1,0 +1,241 @@
+"""Probe readings as TREC run files and qrels, for trec_eval, `ir_measures` and `ranx` (docs/trec.md).
+
+A *query* is one context the probe read; its *documents* are the passages of that context, ranked
+by the probe's score. Three sources, each read by its own reader:
+
+- `ascp validate-probe` folder (`scores.jsonl`): query `<case>|k<K>|<padding>|<protocol>`, one run
+  file per estimator; qrels: the necessary passages 1, every other passage 0 (the necessity
+  labels); unit qrels: passage -> the designed units it attests.
+- `ascp run` folder (`rounds.jsonl`): query `<case>/<round>`, one run file (the policy); qrels: the
+  context's passages that attest a gold unit 1, the others 0 (`ascp.metrics.attestation`, alias
+  units; claim units need an NLI model and are not judged); unit qrels: passage -> the units.
+- `ascp attribute` output (JSONL): query = the request id, one run file per estimator; no qrels.
+
+Run lines are `qid Q0 docid rank score tag`, ranked by score, highest first, ties in context order
+(the order `ascp.validation.analysis.context_cover` ranks by); qrels lines are `qid 0 docid rel`
+with every passage of the context judged. Unit qrels are the diversity qrels of TREC's Web track
+(ndeval, `ir_measures` `StRecall`): `qid unit docid 1`, the second column a subtopic (an answer
+unit), so subtopic recall at m is cover@m.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ascp.errors import AscpError
+from ascp.jsonio import read_jsonl, staged_folder
+
+SCORES = ("score", "normalized")
+Ranking = list[tuple[str, float]]  # (docid, score) in context order
+
+
+@dataclass
+class TrecExport:
+    """Runs per system ({system: {qid: ranking}}), qrels ({qid: {docid: rel}}) and unit qrels
+    ({qid: {docid: units}}), in the order read."""
+
+    runs: dict[str, dict[str, Ranking]] = field(default_factory=dict)
+    qrels: dict[str, dict[str, int]] = field(default_factory=dict)
+    units: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
+
+
+def _token(value: str, what: str, where: str) -> str:
+    # TREC files are whitespace-separated: an id with a space would shift every column after it
+    if not value or any(ch.isspace() for ch in value):
+        raise AscpError(f"{where}: {what} {value!r} is empty or holds whitespace, which a TREC file cannot carry; "
+                        "rename it in the input.")
+    return value
+
+
+def _score(value: Any, where: str) -> float:
+    try:
+        s = float(value)
+    except (TypeError, ValueError):
+        s = math.nan
+    if not math.isfinite(s):
+        raise AscpError(f"{where}: score {value!r} is not a finite number; rerun the command that wrote it.")
+    return s
+
+
+def ranked(ranking: Ranking) -> Ranking:
+    """The ranking by score, highest first; ties keep their (context) order."""
+    return sorted(ranking, key=lambda d: -d[1])
+
+
+def run_lines(run: Mapping[str, Ranking], tag: str) -> list[str]:
+    """`qid Q0 docid rank score tag` lines (rank from 1)."""
+    _token(tag, "run tag", "--tag")
+    return [f"{qid} Q0 {docid} {rank} {score!r} {tag}"
+            for qid, ranking in run.items() for rank, (docid, score) in enumerate(ranked(ranking), start=1)]
+
+
+def qrels_lines(qrels: Mapping[str, Mapping[str, int]]) -> list[str]:
+    """`qid 0 docid rel` lines."""
+    return [f"{qid} 0 {docid} {rel}" for qid, docs in qrels.items() for docid, rel in docs.items()]
+
+
+def unit_qrels_lines(units: Mapping[str, Mapping[str, Iterable[str]]]) -> list[str]:
+    """`qid unit docid 1` lines (ndeval's diversity qrels: the second column is the subtopic)."""
+    return [f"{qid} {_token(u, 'unit id', qid)} {docid} 1"
+            for qid, docs in units.items() for docid, us in docs.items() for u in us]
+
+
+def _add(export: TrecExport, system: str, qid: str, docid: str, score: float, where: str) -> None:
+    ranking = export.runs.setdefault(system, {}).setdefault(qid, [])
+    if any(d == docid for d, _ in ranking):
+        raise AscpError(f"{where}: passage {docid!r} appears twice in query {qid!r}; a TREC run ranks each "
+                        "document once.")
+    ranking.append((docid, score))
+
+
+def from_validation(folder: Path, score: str = "score") -> TrecExport:
+    """The contexts of an `ascp validate-probe` output folder (its `scores.jsonl`)."""
+    path = folder / "scores.jsonl"
+    records = read_jsonl(path, missing=f"{folder} holds no validation output (scores.jsonl missing); give the --out "
+                         "folder of `ascp validate-probe`.", fix="rerun `ascp validate-probe`",
+                         not_object="not a score row of `ascp validate-probe`", empty=None)
+    export = TrecExport()
+    for number, row in records:
+        where = f"{path}:{number}"
+        try:
+            qid = "|".join((_token(str(row["case_id"]), "case id", where), f"k{int(row['width'])}",
+                            str(row["padding"]), str(row["protocol"])))
+            docid = _token(str(row["passage_id"]), "passage id", where)
+            system, role, answers, value = str(row["estimator"]), str(row["role"]), row["answers"], row[score]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise AscpError(f"{where} is not a score row of `ascp validate-probe` ({type(exc).__name__}: {exc}); "
+                            "rerun it.") from None
+        _add(export, _token(system, "estimator", where), qid, docid, _score(value, where), where)
+        export.qrels.setdefault(qid, {})[docid] = int(role == "necessary")
+        if role == "necessary":
+            export.units.setdefault(qid, {})[docid] = tuple(str(a) for a in answers)
+    # cover@m counts the designed units only (those the necessary passages attest): a padding
+    # passage is a unit's document only for a designed unit
+    for _, row in records:
+        qid = f"{row['case_id']}|k{int(row['width'])}|{row['padding']}|{row['protocol']}"
+        if row["role"] != "necessary":
+            designed = {u for us in export.units.get(qid, {}).values() for u in us}
+            hits = tuple(str(a) for a in row["answers"] if str(a) in designed)
+            if hits:
+                export.units.setdefault(qid, {})[str(row["passage_id"])] = hits
+    return export
+
+
+def from_run(folder: Path, data: Path | None = None, score: str = "score") -> TrecExport:
+    """The rounds of an `ascp run` folder; the qrels need the run's data file (default: the one its
+    `summary.json` names) for the gold units."""
+    from ascp.data import load_cases
+    from ascp.loop.runfolder import read_run
+    from ascp.metrics.attestation import attestation_matrix
+
+    run = read_run(folder)
+    path = data if data is not None else Path(str(run.config.get("data", "")))
+    if not path.is_file():
+        raise AscpError(f"the data file {path} of the run {folder} is not here; pass it with --data.")
+    cases = {c.id: c for c in load_cases(path, format=str(run.config.get("format", "auto")), rank_by="given",
+                                          require_pool=False)}
+    export = TrecExport()
+    system = _token(str(run.config.get("policy", "run")).replace(" ", ""), "policy", str(folder))
+    for cid, rounds in run.rounds().items():
+        case = cases.get(cid)
+        if case is None:
+            raise AscpError(f"case {cid!r} of the run {folder} is not in {path}; pass the data file the run read "
+                            "with --data.")
+        for r in rounds:
+            where = f"{folder}/rounds.jsonl ({cid}, round {r.round})"
+            qid = f"{_token(cid, 'case id', where)}/{r.round}"
+            values = r.scores if score == "score" else r.normalized
+            passages = [case.passage(pid) for pid in r.context]
+            units = [u for u in case.units if u.aliases]  # claim units (ELI5) need an NLI model: not judged
+            matrix = attestation_matrix(passages, units)
+            for i, pid in enumerate(r.context):
+                if pid not in values:
+                    raise AscpError(f"{where}: passage {pid!r} has no {score}; rerun it with `ascp run`.")
+                _add(export, system, qid, _token(pid, "passage id", where), _score(values[pid], where), where)
+                attested = tuple(u.id for j, u in enumerate(units) if matrix[i, j])
+                export.qrels.setdefault(qid, {})[pid] = int(bool(attested))
+                if attested:
+                    export.units.setdefault(qid, {})[pid] = attested
+    return export
+
+
+def from_attribute(path: Path, score: str = "score") -> TrecExport:
+    """The results of `ascp attribute` (one JSONL line per request); no labels, so no qrels."""
+    records = read_jsonl(path, missing=f"{path} does not exist; give the --out file of `ascp attribute`.",
+                         fix="rerun `ascp attribute`", not_object="not a result of `ascp attribute`", empty=None)
+    export = TrecExport()
+    for number, rec in records:
+        where = f"{path}:{number}"
+        key = "scores" if score == "score" else score  # the record's field of that reading
+        values = rec.get(key)
+        if not isinstance(values, dict) or "id" not in rec:
+            raise AscpError(f"{where} is not a result of `ascp attribute` (no 'id' or {key!r}); rerun it.")
+        qid = _token(str(rec["id"]), "request id", where)
+        system = _token(str(rec.get("estimator", "ascp")), "estimator", where)
+        for pid, value in values.items():
+            _add(export, system, qid, _token(str(pid), "passage id", where), _score(value, where), where)
+    return export
+
+
+def read_source(source: Path, data: Path | None = None, score: str = "score") -> tuple[str, TrecExport]:
+    """(kind, export) of a validate-probe folder, a run folder or an `ascp attribute` file."""
+    if score not in SCORES:
+        raise AscpError(f"--score must be one of {', '.join(SCORES)}, got {score!r}.")
+    if source.is_dir() and (source / "scores.jsonl").is_file():
+        kind, export = "validate-probe", from_validation(source, score)
+    elif source.is_dir() and (source / "rounds.jsonl").is_file():
+        kind, export = "run", from_run(source, data, score)
+    elif source.is_file():
+        kind, export = "attribute", from_attribute(source, score)
+    else:
+        raise AscpError(f"{source} is neither an `ascp validate-probe` or `ascp run` folder nor an `ascp attribute` "
+                        "output file; give one of those.")
+    if data is not None and kind != "run":
+        raise AscpError(f"--data applies to run folders only, and {source} is {kind} output; drop --data.")
+    if not export.runs:
+        raise AscpError(f"{source} holds no probe readings to export; rerun the command that wrote it.")
+    return kind, export
+
+
+def write_export(out: Path, export: TrecExport, tag: str | None = None) -> list[Path]:
+    """`<system>.run` per system (tag: `tag`, else the system's name), plus `qrels.txt` and
+    `units.qrels` when the source has labels, into the folder `out`, all files or none."""
+    files = {f"{_token(system, 'system name', str(out))}.run": run_lines(run, tag or system)
+             for system, run in export.runs.items()}
+    if export.qrels:
+        files["qrels.txt"] = qrels_lines(export.qrels)
+        files["units.qrels"] = unit_qrels_lines(export.units)
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.exists():
+        raise AscpError(f"the parent folder of --out ({parent}) does not exist; create it first.")
+    if out.exists() and not out.is_dir():
+        raise AscpError(f"--out {out} exists and is not a folder; pass a folder path.")
+    with staged_folder(out) as tmp:
+        for name, lines in files.items():
+            (tmp / name).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return [out / name for name in files]
+
+
+
+def per_unit(units_qrels: str | Path, run: str | Path) -> tuple[list[Any], list[Any]]:
+    """`ir_measures` (qrels, run) with one query `<qid>#<unit>` per designed unit of each context:
+    the unit's documents are those attesting it, so `Success@m` of `<qid>#<unit>` is 1 when the
+    top m of that context attest the unit, and its mean over a context's units is cover@m (what
+    ndeval's `StRecall@m` computes from `units.qrels` directly). Needs `pip install 'ascp[ir]'`."""
+    from ascp.integrations import require
+
+    ir_measures = require("ir_measures", "ir")
+    qrels = list(ir_measures.read_trec_qrels(str(units_qrels)))
+    units: dict[str, list[str]] = {}
+    for q in qrels:
+        units.setdefault(q.query_id, [])
+        if q.iteration not in units[q.query_id]:
+            units[q.query_id].append(q.iteration)
+    expanded = [ir_measures.Qrel(f"{q.query_id}#{q.iteration}", q.doc_id, q.relevance) for q in qrels]
+    scored = [ir_measures.ScoredDoc(f"{d.query_id}#{u}", d.doc_id, d.score)
+              for d in ir_measures.read_trec_run(str(run)) for u in units.get(d.query_id, ())]
+    return expanded, scored
