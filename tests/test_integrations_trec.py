@@ -186,3 +186,33 @@ def test_the_documented_example_runs(cli, tiny_model_dir, tmp_path, monkeypatch)
         exec(compile(block, "docs/trec.md example", "exec"), namespace)  # noqa: S102 - the documented code itself
     assert namespace["auc"] and set(namespace["cover"]) <= set(namespace["auc"])
     assert all(0 <= v <= 1 for v in [*namespace["auc"].values(), *namespace["cover"].values()])
+
+
+def test_where_ties_make_ir_measures_differ(cli, tmp_path):
+    """The documented tie rules on a hand-made validation context: ascp's AUC counts a tied
+    (positive, negative) pair as one half, `Accuracy` follows the file's order (ascp's rank order);
+    at the cutoff ascp keeps context order, pytrec_eval orders ties by document id, descending."""
+    folder = tmp_path / "vp"
+    folder.mkdir()
+    base = {"protocol": "fixed", "estimator": "loo", "case_id": "c", "width": 3, "padding": "off-query"}
+    passages = [("a", "necessary", ["u1"], 1.0), ("b", "padding", [], 1.0), ("z", "necessary", ["u2"], 0.0)]
+    with (folder / "scores.jsonl").open("w") as h:
+        for j, (pid, role, answers, score) in enumerate(passages):
+            h.write(json.dumps({**base, "position": j, "passage_id": pid, "role": role, "answers": answers,
+                                "score": score, "normalized": score}) + "\n")
+    assert cli("export", folder, "--out", tmp_path / "trec").exit_code == 0
+    trec = tmp_path / "trec"
+    assert [c[2] for c in lines(trec / "loo.run")] == ["a", "b", "z"]  # ties in context order
+    (c,) = contexts([json.loads(line) for line in (folder / "scores.jsonl").read_text().splitlines()])
+    qrels = list(ir_measures.read_trec_qrels(str(trec / "qrels.txt")))
+    run = list(ir_measures.read_trec_run(str(trec / "loo.run")))
+    (acc,) = ir_measures.iter_calc([ir_measures.Accuracy], qrels, run)
+    # pairs (a, b) and (z, b): ascp (0.5 + 0) / 2; Accuracy in file order (1 + 0) / 2
+    assert context_auc(c) == 0.25 and acc.value == 0.5
+    swapped = [run[1], run[0], run[2]]  # the same scores listed b, a, z
+    (acc,) = ir_measures.iter_calc([ir_measures.Accuracy], qrels, swapped)
+    assert acc.value == 0.0
+    unit_qrels, unit_run = per_unit(trec / "units.qrels", trec / "loo.run")
+    got = {x.query_id: x.value for x in ir_measures.iter_calc([ir_measures.Success @ 1], unit_qrels, unit_run)}
+    # cover@1: ascp's top 1 is "a" (context order) and covers u1; pytrec_eval's is "b" (b > a), covering nothing
+    assert context_cover(c, 1)[0] == 0.5 and got == {"c|k3|off-query|fixed#u1": 0.0, "c|k3|off-query|fixed#u2": 0.0}
