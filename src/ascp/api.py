@@ -10,11 +10,16 @@ same numbers. Passages may be dicts `{"id", "title"?, "text"}`, `ascp.Passage`s 
 (ids "1".."n"); their order is the context order (attribution) or the ranking (a pool), and is
 never changed. Any object with the model seam's methods (`ascp.lm.protocol.LanguageModel`) can
 stand in for the model.
+
+Every input a user can get wrong is checked here (or in `ascp.attribution.requests`, the parser
+`ascp attribute` shares) before any model is loaded or run, and refused with one `AscpError`
+sentence: wrong types, empty or invalid-Unicode text, k, T, seeds and thresholds out of range.
 """
 
 from __future__ import annotations
 
 import functools
+import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +36,59 @@ if TYPE_CHECKING:
     from ascp.schedulers.base import EmbedFn
 
 PassageLike = Passage | Mapping[str, Any] | str
+
+
+def _shown(value: object, limit: int = 60) -> str:
+    """`repr(value)`, cut to `limit` characters so a huge wrong value keeps the sentence short."""
+    try:
+        text = repr(value)
+    except ValueError:  # an integer past Python's digit limit for str()
+        return f"a {type(value).__name__} too large to print"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _kind(value: object) -> str:
+    """'None', 'a list', 'an int': what a wrong value is, for a sentence."""
+    if value is None:
+        return "None"
+    name = type(value).__name__
+    return f"{'an' if name[0].lower() in 'aeiou' else 'a'} {name}"
+
+
+def _whole(name: str, value: object, low: int | None = None) -> int:
+    """`value` as an int when it is a whole number (not a bool) of at least `low`."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or (low is not None and value < low):
+        bound = f" of at least {low}" if low is not None else ""
+        raise AscpError(f"{name} must be a whole number{bound}, got {_shown(value)}.")
+    return int(value)
+
+
+def _string(name: str, value: object) -> str:
+    """`value` when it is a string of valid Unicode."""
+    from ascp.attribution.requests import check_unicode
+
+    if not isinstance(value, str):
+        raise AscpError(f"{name} must be a string, got {type(value).__name__}.")
+    return check_unicode(name, value)
+
+
+def _estimator_name(estimator: object) -> str:
+    """`estimator` when it is a string (`make_estimator` checks the name and lists the valid ones)."""
+    if not isinstance(estimator, str):
+        raise AscpError(f"estimator must be a name such as loo or bm25 (see `ascp estimators`), got "
+                        f"{_kind(estimator)}.")
+    return estimator
+
+
+def _prompt_options(instruction: object, template: object, system: object) -> None:
+    """The types of the prompt options (their values are checked by `prompt_template`)."""
+    from ascp.lm.prompts import PromptTemplate
+
+    if not isinstance(instruction, str):
+        raise AscpError(f"instruction must be a string such as commit or integrate, got {type(instruction).__name__}.")
+    if template is not None and not isinstance(template, PromptTemplate):
+        _string("template", template)
+    _string("system", system)
 
 
 def load_model(spec: str = "default", device: str = "auto", dtype: str = "auto",
@@ -59,6 +117,9 @@ def as_passages(items: Iterable[PassageLike], what: str = "passages") -> tuple[P
     if isinstance(items, (str, Mapping, Passage)):
         raise AscpError(f"{what} must be a list of passages (dicts, ascp.Passage or strings), not a single "
                         f"{type(items).__name__}; wrap it in a list.")
+    if not isinstance(items, Iterable):
+        raise AscpError(f"{what} must be a list of passages (dicts, ascp.Passage or strings), not "
+                        f"{_kind(items)}.")
     raw: list[Any] = []
     for i, item in enumerate(items, start=1):
         if isinstance(item, Passage):
@@ -91,6 +152,12 @@ class Probe:
         from ascp.attribution.probe import ProbeConfig
         from ascp.lm.sampling import SamplingConfig
 
+        _estimator_name(estimator)
+        _whole("seed", seed)
+        _whole("batch_size", batch_size, 1)
+        _prompt_options(instruction, template, system)
+        if sampling is not None and not isinstance(sampling, SamplingConfig):
+            raise AscpError(f"sampling must be an ascp.SamplingConfig or None, got {type(sampling).__name__}.")
         if estimator == "contextcite":
             estimator_options.setdefault("seed", seed)
         self.estimator = make_estimator(estimator, **estimator_options)
@@ -115,6 +182,9 @@ class Probe:
         if self.model is None:
             raise AscpError("this Probe has no model; create it with ascp.Probe(model, ...).")
         model = self.model
+        if isinstance(requests, (str, Mapping)) or not isinstance(requests, Iterable):
+            raise AscpError(f"requests must be a list of request dicts or ascp.AttributionRequest, not "
+                            f"{_kind(requests)}.")
         parsed = [_as_request(i, r) for i, r in enumerate(requests)]
         items = prepare_inputs(model, parsed, self.config, progress=on_generated)
         results = []
@@ -130,10 +200,14 @@ def _as_request(index: int, request: AttributionRequest | Mapping[str, Any]) -> 
 
     if isinstance(request, AttributionRequest):
         return request
+    if not isinstance(request, Mapping):
+        raise AscpError(f"request {index} is {_kind(request)}; give a dict with question, passages and "
+                        "response, or an ascp.AttributionRequest.")
     obj = dict(request)
     obj.setdefault("id", str(index))
-    where = f"request {obj['id']!r}"
-    passages = as_passages(obj.get("passages") or [], where)
+    where = f"request {_shown(obj['id'])}"
+    raw = obj.get("passages")
+    passages = as_passages([] if raw is None else raw, where)
     obj["passages"] = [{"id": p.id, "title": p.title, "text": p.text} for p in passages]
     return parse_request(where, obj)
 
@@ -145,28 +219,47 @@ def attribute(question: str, passages: Iterable[PassageLike], response: str | No
     """Score how much `response` (None: a response the model generates) relied on each passage.
 
     One call of `Probe(model, estimator, seed=seed, threshold=threshold, **options).attribute`;
-    `model=None` uses the embedded default, loaded once per process.
+    `model=None` uses the embedded default, loaded once per process (after the inputs are checked).
     """
-    probe = Probe(model if model is not None else default_model(), estimator, seed=seed,
-                  threshold=threshold, **options)
-    return probe.attribute(question, passages, response)
+    probe = Probe(None, estimator, seed=seed, threshold=threshold, **options)
+    request = _as_request(0, {"id": "request", "question": question, "passages": list(as_passages(passages)),
+                              "response": response})
+    probe.model = model if model is not None else default_model()
+    return probe.attribute_many([request])[0]
 
 
 def make_case(question: str, pool: Iterable[PassageLike], answers: Iterable[Iterable[str] | str] | None = None,
               id: str = "question") -> Case:
     """A `Case` from a question, a ranked pool and optional gold answers: a list of units, each an
     alias list or a string (a bare string is one unit)."""
-    if not isinstance(question, str) or not question.strip():
+    from ascp.attribution.requests import check_unicode, parse_id
+
+    if not isinstance(question, str):
+        raise AscpError(f"the question must be a string, got {type(question).__name__}.")
+    if not question.strip():
         raise AscpError("the question is empty; give a question.")
+    check_unicode("the question", question)
+    case_id = parse_id(id)
+    if case_id is None:
+        raise AscpError(f"the case id must be a non-empty string, got {_shown(id)}.")
+    check_unicode("the case id", case_id)
     if isinstance(answers, str):  # one answer, not one unit per character
         answers = [answers]
+    if answers is not None and (isinstance(answers, Mapping) or not isinstance(answers, Iterable)):
+        raise AscpError(f"answers must be a list of answers (each a string or a list of aliases) or None, got "
+                        f"{type(answers).__name__}.")
     units = []
     for j, answer in enumerate(answers or ()):
+        bad = f"answer {j + 1} must be a non-empty string or list of non-empty strings."
+        if isinstance(answer, Mapping) or not isinstance(answer, (str, Iterable)):
+            raise AscpError(bad)
         aliases = (answer,) if isinstance(answer, str) else tuple(answer)
         if not aliases or not all(isinstance(a, str) and a.strip() for a in aliases):
-            raise AscpError(f"answer {j + 1} must be a non-empty string or list of non-empty strings.")
+            raise AscpError(bad)
+        for a in aliases:
+            check_unicode(f"answer {j + 1}", a)
         units.append(AnswerUnit(id=str(j + 1), aliases=aliases))
-    return Case(id=id, question=question, pool=as_passages(pool, "pool"), units=tuple(units))
+    return Case(id=case_id, question=question, pool=as_passages(pool, "pool"), units=tuple(units))
 
 
 def run_portfolios(cases: Sequence[Case], *, policy: str = "ascp", k: int = 5, T: int = 5,
@@ -187,13 +280,37 @@ def run_portfolios(cases: Sequence[Case], *, policy: str = "ascp", k: int = 5, T
     from ascp.attribution import make_estimator
     from ascp.embed.embedders import embed
     from ascp.lm.sampling import SamplingConfig
-    from ascp.loop.portfolios import LoopConfig
+    from ascp.lm.steering import SteerConfig
+    from ascp.loop.portfolios import MAX_ROUNDS, LoopConfig
     from ascp.loop.runner import run_policy
     from ascp.metrics.nli import require_matcher, resolve_matcher
     from ascp.schedulers import check_scheduler
 
+    if isinstance(cases, (str, Mapping, Case)) or not isinstance(cases, Iterable):
+        raise AscpError(f"cases must be a list of ascp.Case (see ascp.make_case), not "
+                        f"{_kind(cases)}.")
+    cases = list(cases)
+    for i, case in enumerate(cases):
+        if not isinstance(case, Case):
+            raise AscpError(f"case {i} is {_kind(case)}; build each case with ascp.make_case.")
+    if not isinstance(policy, str):
+        raise AscpError(f"policy must be a scheduler name such as ascp or rotate, got {type(policy).__name__}.")
+    k, T = _whole("k", k, 1), _whole("T", T, 1)
+    if T > MAX_ROUNDS:
+        raise AscpError(f"T={T} rounds per case is more than ascp runs (at most {MAX_ROUNDS}); give a smaller T.")
+    _whole("seed", seed)
+    _whole("max_new_tokens", max_new_tokens, 1)
+    _prompt_options(instruction, template, system)
+    if steer is not None and not isinstance(steer, SteerConfig):
+        raise AscpError(f"steer must be an ascp.SteerConfig or None, got {type(steer).__name__}.")
+    for name, fn in (("embed_fn", embed_fn), ("progress", progress)):
+        if fn is not None and not callable(fn):
+            raise AscpError(f"{name} must be a function or None, got {type(fn).__name__}.")
+    if nli_model is not None and not isinstance(nli_model, str) and not callable(nli_model):
+        raise AscpError(f"nli_model must be a model folder, 'lexical' or a matcher function, got "
+                        f"{type(nli_model).__name__}.")
     check_scheduler(policy)
-    make_estimator(estimator)
+    make_estimator(_estimator_name(estimator))
     for case in cases:
         if len(case.pool) < k:
             raise AscpError(f"case {case.id!r}: its pool has {len(case.pool)} passages, fewer than k={k}.")

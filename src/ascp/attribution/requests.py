@@ -2,16 +2,34 @@
 
 Line format: {"id": str, "question": str, "passages": [{"id": str, "title": str (optional),
 "text": str}, ...], "response": str or null}. The order of `passages` is the context order.
+
+Every check here runs before any model work, and each failure is one `AscpError` sentence: a
+wrong type, an empty field, a duplicate id, or text that is not valid Unicode (an unpaired
+surrogate, which no tokenizer can encode and no UTF-8 file can hold).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from ascp.errors import AscpError
 from ascp.jsonio import read_jsonl
 from ascp.types import AttributionRequest, Passage
+
+
+def check_unicode(where: str, value: str) -> str:
+    """`value` itself when it is valid Unicode; an unpaired surrogate (what a lone `\\ud800` in JSON, a
+    `surrogateescape` decode or a split emoji leaves) raises naming `where` and the character."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise AscpError(
+            f"{where} holds an unpaired surrogate (invalid Unicode) at character {exc.start} "
+            f"({value[exc.start]!r}); remove it or decode the source text as UTF-8 with errors='replace'."
+        ) from None
+    return value
 
 
 def _text(where: str, obj: dict[str, Any], key: str, required: bool = True) -> str:
@@ -22,7 +40,18 @@ def _text(where: str, obj: dict[str, Any], key: str, required: bool = True) -> s
         raise AscpError(f"{where}: the field {key!r} is missing.")
     if not isinstance(value, str):
         raise AscpError(f"{where}: field {key!r} must be a string, got {type(value).__name__}.")
-    return value
+    return check_unicode(f"{where}: field {key!r}", value)
+
+
+def parse_id(value: Any) -> str | None:
+    """A string or integer id as text; None for anything else (bools, floats, empty strings)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return None
+    try:
+        text = str(value)
+    except ValueError:  # an integer past Python's digit limit for str()
+        return None
+    return text or None
 
 
 def parse_passages(where: str, raw_passages: Any) -> tuple[Passage, ...]:
@@ -34,25 +63,31 @@ def parse_passages(where: str, raw_passages: Any) -> tuple[Passage, ...]:
     for j, p in enumerate(raw_passages):
         if not isinstance(p, dict):
             raise AscpError(f"{where}: passage {j} must be an object with 'id' and 'text'.")
-        pid = p.get("id")
-        if not isinstance(pid, (str, int)) or str(pid) == "":
-            raise AscpError(f"{where}: passage {j} has no 'id'; every passage needs a unique id.")
-        pid = str(pid)
+        pid = parse_id(p.get("id"))
+        if pid is None:
+            raise AscpError(f"{where}: passage {j} has no 'id' (a non-empty string or an integer); every passage "
+                            "needs a unique id.")
+        check_unicode(f"{where}: passage {j}'s id", pid)
         if pid in seen:
             raise AscpError(f"{where}: passage id {pid!r} appears twice; passage ids must be unique.")
         seen.add(pid)
         text = _text(f"{where} passage {pid!r}", p, "text")
         if not text.strip():
             raise AscpError(f"{where}: passage {pid!r} has empty text.")
-        passages.append(Passage(id=pid, text=text, title=_text(where, p, "title", required=False)))
+        passages.append(Passage(id=pid, text=text, title=_text(f"{where} passage {pid!r}", p, "title",
+                                                                  required=False)))
     return tuple(passages)
 
 
 def parse_request(where: str, obj: dict[str, Any]) -> AttributionRequest:
     """Validate one request object; `where` names it in error messages (e.g. 'requests.jsonl:3')."""
-    rid = obj.get("id")
-    if not isinstance(rid, (str, int)) or str(rid) == "":
+    if not isinstance(obj, dict):
+        raise AscpError(f"{where}: a request must be an object with id, question, passages and response, "
+                        f"not a {type(obj).__name__}.")
+    rid = parse_id(obj.get("id"))
+    if rid is None:
         raise AscpError(f"{where}: field 'id' must be a non-empty string.")
+    check_unicode(f"{where}: field 'id'", rid)
     question = _text(where, obj, "question")
     if not question.strip():
         raise AscpError(f"{where}: the question is empty; every request needs a question.")
@@ -63,14 +98,15 @@ def parse_request(where: str, obj: dict[str, Any]) -> AttributionRequest:
             raise AscpError(f"{where}: 'response' must be a string or null, got {type(response).__name__}.")
         if not response.strip():
             raise AscpError(f"{where}: the response is empty; give a response or null to generate one.")
-    return AttributionRequest(id=str(rid), question=question, passages=tuple(passages), response=response)
+        check_unicode(f"{where}: field 'response'", response)
+    return AttributionRequest(id=rid, question=question, passages=tuple(passages), response=response)
 
 
 def load_requests(path: str | Path) -> list[AttributionRequest]:
     """Read and validate every request; the first problem raises with its line number."""
     requests = [parse_request(f"{path}:{n}", obj) for n, obj in read_jsonl(path)]
-    ids = [r.id for r in requests]
-    dup = next((i for i in ids if ids.count(i) > 1), None)
+    counts = Counter(r.id for r in requests)
+    dup = next((r.id for r in requests if counts[r.id] > 1), None)
     if dup is not None:
         raise AscpError(f"{path}: request id {dup!r} appears more than once; request ids must be unique.")
     return requests

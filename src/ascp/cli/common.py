@@ -110,7 +110,8 @@ def read_template(value: str | None) -> str | None:
 
 ThresholdOpt = Annotated[
     float | None,
-    typer.Option("--threshold", help="Fixed 'used' threshold on normalised scores; default tau(k) = 0.555 k^-0.633."),
+    typer.Option("--threshold", help="Fixed 'used' threshold on normalised scores, a number in [0, 1]; default "
+                 "tau(k) = 0.555 k^-0.633."),
 ]
 
 

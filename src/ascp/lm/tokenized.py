@@ -91,7 +91,20 @@ class TokenizedModel:
 
     def _encode_mapped(self, text: str, spans: dict[str, tuple[int, int]]) -> tuple[int, ...]:
         """`tokenizer(text)`, refusing a tokenizer whose tokens cannot be mapped back to the text:
-        one that gives no character offsets, or normalises some passage's characters away."""
+        one that gives no character offsets, or normalises some passage's characters away. Text
+        that is not valid Unicode (an unpaired surrogate) is refused first, naming where it is: every
+        tokenizer fails on it, and not for want of offsets."""
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            at = exc.start
+            where = next((f"passage {pid!r}" for pid, (lo, hi) in spans.items() if lo <= at < hi),
+                         "the question, the instruction or the system message")
+            raise AscpError(
+                f"model {self.name!r}: the prompt's {where} holds an unpaired surrogate (invalid Unicode, "
+                f"{text[at]!r} at prompt character {at}); remove it or decode the source text as UTF-8 with "
+                "errors='replace'."
+            ) from None
         try:
             enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         except (NotImplementedError, TypeError, ValueError) as exc:

@@ -20,6 +20,7 @@ reproduces the unsteered run exactly. Each round records `steered` and `overused
 
 from __future__ import annotations
 
+import numbers
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -28,17 +29,22 @@ import numpy as np
 
 from ascp.attribution import make_estimator
 from ascp.attribution.base import Estimator, ProbeInput
-from ascp.reading import read_scores
+from ascp.attribution.probe import check_threshold
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
 from ascp.lm.prompts import PromptTemplate
 from ascp.lm.protocol import LanguageModel
 from ascp.lm.sampling import SamplingConfig, derive_seed
 from ascp.lm.steering import SteerConfig, SteerStreams, generate_steered, overused_set, steer_prompts
+from ascp.reading import read_scores
 from ascp.schedulers import make_scheduler
 from ascp.schedulers.base import RoundFeedback, Scheduler, Selection
 from ascp.schedulers.facets import build_pool_view
 from ascp.types import Case, Portfolio, Round
+
+MAX_ROUNDS = 10_000
+"""The most rounds per case a run accepts: open-loop policies plan every round before the first
+generation, so an absurd T would fill memory before any work; the paper's T is 5."""
 
 
 @dataclass(frozen=True)
@@ -56,8 +62,13 @@ class LoopConfig:
     steer: SteerConfig | None = None  # None: ordinary decoding in every round
 
     def __post_init__(self) -> None:
-        if self.k < 1 or self.T < 1:
-            raise AscpError(f"k and T must be at least 1 (got k={self.k}, T={self.T}).")
+        whole = all(isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in (self.k, self.T))
+        if not whole or self.k < 1 or self.T < 1:
+            raise AscpError(f"k and T must be whole numbers of at least 1 (got k={self.k!r}, T={self.T!r}).")
+        if self.T > MAX_ROUNDS:
+            raise AscpError(f"T={self.T} rounds per case is more than ascp runs (at most {MAX_ROUNDS}); give a "
+                            "smaller T.")
+        check_threshold(self.threshold)
 
 
 @dataclass
