@@ -9,7 +9,7 @@ import stat
 import pytest
 
 from ascp.errors import AscpError
-from ascp.jsonio import atomic_writer, staged_folder
+from ascp.jsonio import atomic_writer, read_jsonl, staged_folder
 
 
 class Boom(Exception):
@@ -114,3 +114,11 @@ def test_staged_folder_publishes_all_or_nothing(tmp_path, whole):
     assert (out / "one").read_text() == "new 1"
     assert sorted(p.name for p in out.iterdir()) == (["one"] if whole else ["kept", "one", "two"])
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_a_line_json_cannot_hold_in_python_is_one_sentence(tmp_path):
+    # An integer past Python's digit limit makes json.loads raise a plain ValueError.
+    path = tmp_path / "big.jsonl"
+    path.write_text('{"a": ' + "1" * 5000 + "}\n", encoding="utf-8")
+    with pytest.raises(AscpError, match=r"big\.jsonl:1 is not valid JSON .*; each line must be one JSON object\.$"):
+        read_jsonl(path)

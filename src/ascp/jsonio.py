@@ -40,6 +40,8 @@ def read_jsonl(path: str | Path, *, missing: str | None = None, fix: str = "each
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise AscpError(f"{path}:{number} is not valid JSON ({exc.msg} at column {exc.colno}); {fix}.") from None
+        except ValueError as exc:  # e.g. an integer longer than Python's digit limit
+            raise AscpError(f"{path}:{number} is not valid JSON ({exc}); {fix}.") from None
         if not isinstance(obj, dict):
             raise AscpError(f"{path}:{number} is a JSON {type(obj).__name__}, {not_object}.")
         rows.append((number, obj))

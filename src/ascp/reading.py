@@ -18,11 +18,14 @@ calibration file in `resolve_used_threshold`.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
+
+from ascp.errors import AscpError
 
 PAPER_FREE_SCALE = 0.555
 """a of the paper's tau(k) = a k^b (Sec. 4.4, fitted on free generations)."""
@@ -69,6 +72,19 @@ def check_used_threshold(tau: float) -> float:
     return tau
 
 
+def check_threshold(threshold: object, where: str = "threshold") -> None:
+    """Refuse a fixed tau(k)-rule threshold that is not a finite number in [0, 1] (None: tau(k) itself).
+
+    Normalised scores lie in [0, 1], so a threshold past 1 marks nothing used and a negative or NaN
+    one would make the used set meaningless; 0 counts every positive-scored passage as used."""
+    if threshold is None:
+        return
+    if (isinstance(threshold, bool) or not isinstance(threshold, numbers.Real)
+            or not (math.isfinite(threshold) and 0.0 <= float(threshold) <= 1.0)):
+        raise AscpError(f"{where} must be a number in [0, 1] on normalised scores (or None for tau(k) = "
+                        f"0.555 k^-0.633), got {threshold!r}; pass e.g. 0.2.")
+
+
 @dataclass(frozen=True)
 class Reading:
     """Raw scores turned into the probe's reading of one context (all keyed by passage id)."""
@@ -110,7 +126,6 @@ def resolve_used_threshold(value: str | float | None) -> tuple[float, str]:
     import json
     from pathlib import Path
 
-    from ascp.errors import AscpError
 
     if value is None:
         return USED_THRESHOLD, "the calibrated default (docs/calibration.md)"

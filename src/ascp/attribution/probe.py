@@ -9,8 +9,6 @@ ids themselves, without the end-of-turn token).
 
 from __future__ import annotations
 
-import math
-import numbers
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,24 +19,11 @@ from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
 from ascp.lm.prompts import PromptTemplate
 from ascp.lm.sampling import SamplingConfig, derive_seed
-from ascp.reading import read_scores
+from ascp.reading import check_threshold, read_scores
 from ascp.types import AttributionRequest, AttributionResult, TokenLogprobs
 
 if TYPE_CHECKING:
     from ascp.lm.protocol import LanguageModel
-
-
-def check_threshold(threshold: object, where: str = "threshold") -> None:
-    """Refuse a fixed tau(k)-rule threshold that is not a finite number in [0, 1] (None: tau(k) itself).
-
-    Normalised scores lie in [0, 1], so a threshold past 1 marks nothing used and a negative or NaN
-    one would make the used set meaningless; 0 counts every positive-scored passage as used."""
-    if threshold is None:
-        return
-    if (isinstance(threshold, bool) or not isinstance(threshold, numbers.Real)
-            or not (math.isfinite(threshold) and 0.0 <= float(threshold) <= 1.0)):
-        raise AscpError(f"{where} must be a number in [0, 1] on normalised scores (or None for tau(k) = "
-                        f"0.555 k^-0.633), got {threshold!r}; pass e.g. 0.2.")
 
 
 @dataclass(frozen=True)

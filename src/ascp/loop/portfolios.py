@@ -29,14 +29,13 @@ import numpy as np
 
 from ascp.attribution import make_estimator
 from ascp.attribution.base import Estimator, ProbeInput
-from ascp.attribution.probe import check_threshold
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
 from ascp.lm.prompts import PromptTemplate
 from ascp.lm.protocol import LanguageModel
 from ascp.lm.sampling import SamplingConfig, derive_seed
 from ascp.lm.steering import SteerConfig, SteerStreams, generate_steered, overused_set, steer_prompts
-from ascp.reading import read_scores
+from ascp.reading import check_threshold, read_scores
 from ascp.schedulers import make_scheduler
 from ascp.schedulers.base import RoundFeedback, Scheduler, Selection
 from ascp.schedulers.facets import build_pool_view
