@@ -14,11 +14,19 @@ Definitions (docs/schedulers.md gives the reasoning from the paper):
   facet id). Frozen values gamma = 0.6, m_max = 3 (Section 7.4).
 - pi(z) (query-conditional facet importance): the facet's coverage-weighted relevance mass,
   pi(z) = sum_d W[d, z] r(d) / sum_{z'} sum_d W[d, z'] r(d); uniform if that mass is zero.
+
+`build_pool_view` computes a case's view once per process: views are kept in one in-memory cache
+keyed by (case id, pool ids, embedder, n_facets), so every policy, condition and seed of a run
+(`ascp run`, `ascp demo`, the experiment executors, `ascp simulate`) shares the embeddings, facets
+and similarities of a case. A hit is taken only when the cached view was built from an equal
+`Case` by the same embedder object (the view holds it, so its id cannot be reused); the embedder
+is assumed deterministic, as every ascp embedder is. `clear_pool_views()` empties the cache.
 """
 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
@@ -132,12 +140,34 @@ def pool_view_from_embeddings(
     return view
 
 
+POOL_VIEW_CACHE_SIZE = 1024  # views kept per process, least recently used dropped first
+_VIEWS: OrderedDict[tuple[int, str, tuple[str, ...], int | None], PoolView] = OrderedDict()
+
+
+def clear_pool_views() -> None:
+    """Empty the per-process cache of `build_pool_view`."""
+    _VIEWS.clear()
+
+
 def build_pool_view(case: Case, embed_fn: EmbedFn, n_facets: int | None = None) -> PoolView:
-    """Embed the question and the pool in one batch call, then induce the facets.
+    """Embed the question and the pool in one batch call, then induce the facets; once per
+    (case id, pool ids, embedder, n_facets) per process (module docstring).
 
     `embed_fn(texts)` returns unit-normalised rows (e.g. `ascp.embed.embedders.embed`); it is kept on the
     view for the policies that embed responses.
     """
+    key = (id(embed_fn), case.id, tuple(p.id for p in case.pool), n_facets)
+    view = _VIEWS.get(key)
+    if view is not None and view.embed_fn is embed_fn and view.case == case:
+        _VIEWS.move_to_end(key)
+        return view
     texts: Sequence[str] = [case.question, *(p.full_text for p in case.pool)]
-    vectors = np.asarray(embed_fn(texts), dtype=np.float64)
-    return pool_view_from_embeddings(case, vectors[1:], vectors[0], embed_fn, n_facets)
+    vectors = np.array(embed_fn(texts), dtype=np.float64)  # our copy: shared views are read-only
+    view = pool_view_from_embeddings(case, vectors[1:], vectors[0], embed_fn, n_facets)
+    for array in (vectors, view.embeddings, view.query_embedding, view.relevance, view.similarity):
+        array.setflags(write=False)  # one policy cannot change what the next one reads
+    _VIEWS[key] = view
+    _VIEWS.move_to_end(key)
+    while len(_VIEWS) > POOL_VIEW_CACHE_SIZE:
+        _VIEWS.popitem(last=False)
+    return view
