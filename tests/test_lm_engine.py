@@ -59,8 +59,10 @@ def vllm_server():
     port = free_port()
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
     log = open(Path(model_dir).parent / f"vllm-test-{port}.log", "w")  # noqa: SIM115 - closed at teardown
+    # --no-enable-chunked-prefill: the CPU engine dies when it splits a seeded prompt (docs/engines.md)
     proc = subprocess.Popen([str(VLLM), "serve", model_dir, "--dtype", "float32", "--max-model-len", "2048",
-                             "--enforce-eager", "--host", "127.0.0.1", "--port", str(port)],
+                             "--enforce-eager", "--no-enable-chunked-prefill", "--host", "127.0.0.1",
+                             "--port", str(port)],
                             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 420
@@ -166,6 +168,41 @@ def test_ascp_run_end_to_end_through_vllm_and_its_errors(vllm_server, tmp_path):
 
 @pytest.mark.real_model
 @needs_vllm
+def test_a_real_runs_concurrent_seeded_rounds_complete_and_keep_their_seeds(vllm_server, tmp_path):
+    """The pattern of a real run: 6 cases' seeded generations in flight at once, prompts of about 400
+    tokens (2,400 together, more than one 2,048-token engine step), 48 new tokens. With chunked
+    prefill the CPU engine splits a seeded prompt across steps and dies rewinding its generator
+    ("CPU Generator does not use offset"); the fixture's flags (docs/engines.md) keep prompts whole."""
+    facts = ["was built between {y} and {z} for the World's Fair held in the city that year",
+             "was designed by the engineering company of a man born in {y}, who also built bridges",
+             "drew {y} visitors in its first year, and {z} people climbed its stairs in the opening week"]
+    cases = []
+    for i in range(6):
+        pool = [{"id": f"c{i}p{j}", "title": f"Landmark {i}-{j}",
+                 "text": f"Case {i}, record {j}. " + " ".join(f"Landmark {i}-{j} " + facts[(j + n) % 3].format(
+                     y=1800 + 7 * i + n, z=1900 + 3 * j + n) + "." for n in range(7))} for j in range(2)]
+        cases.append({"id": f"case{i}", "question": f"When was landmark {i} built and who designed it?",
+                      "answers": [[str(1800 + 7 * i)]], "pool": pool})
+    data = tmp_path / "cases.jsonl"
+    data.write_text("".join(json.dumps(case) + "\n" for case in cases))
+    base = [sys.executable, "-m", "ascp.cli", "run", "--data", str(data), "--model", vllm_server[0], "--policy",
+            "rotate", "--k", "2", "--T", "1", "--max-new-tokens", "48", "--embedder", "hashing"]
+    done = subprocess.run([*base, "--out", str(tmp_path / "six")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rounds = [json.loads(line) for line in (tmp_path / "six" / "rounds.jsonl").read_text().splitlines()]
+    assert len(rounds) == 6 and sum(r["prompt_tokens"] for r in rounds) > 2048, [r["prompt_tokens"] for r in rounds]
+    assert all(r["response_tokens"] > 0 for r in rounds)
+    # the same seeded request alone gives the same text as among the six
+    alone = subprocess.run([*base, "--limit", "1", "--out", str(tmp_path / "one")], capture_output=True, text=True,
+                           timeout=300)
+    assert alone.returncode == 0, alone.stderr
+    one = json.loads((tmp_path / "one" / "rounds.jsonl").read_text().splitlines()[0])
+    among = next(r for r in rounds if r["case_id"] == one["case_id"])
+    assert one["response"] == among["response"]
+
+
+@pytest.mark.real_model
+@needs_vllm
 def test_a_prompt_longer_than_the_servers_window_is_one_sentence(vllm_server, tmp_path):
     requests = tmp_path / "req.jsonl"
     long = [{"id": f"d{i}", "text": "word " * 400} for i in range(6)]  # about 2,400 tokens > 2,048
@@ -238,6 +275,22 @@ class StandIn(BaseHTTPRequestHandler):
         if self.mode == "vllm-no-logprobs":
             self._send({"choices": [{"index": i, "text": "x", "token_ids": [1]} for i, _ in enumerate(body["prompt"])]})
             return
+        if self.mode == "vllm-engine-dead":  # vLLM's answer to every request once its engine core died
+            self._send({"error": {"message": VLLM_ENGINE_DEAD, "type": "InternalServerError", "param": None,
+                                  "code": 500}}, 500)
+            return
+        if self.mode == "vllm-drop":  # the connection drops mid-response: headers, half a body, closed
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "400")
+            self.end_headers()
+            self.wfile.write(b'{"choices": [{"index": 0, "text": "The Eif')
+            self.wfile.flush()
+            self.close_connection = True
+            return
+        if self.mode == "vllm-bad-request":
+            self._send({"error": {"message": "The model `x` does not exist.", "code": 404}}, 404)
+            return
         from ascp.lm.sampling import SamplingConfig
 
         ids, start = body["input_ids"], body.get("logprob_start_len", 0)
@@ -301,6 +354,34 @@ def test_a_server_without_prompt_logprobs_is_refused_at_load(stand_in):
     with pytest.raises(AscpError, match="returned no prompt log-probs") as info:
         EngineModel("vllm:" + stand_in("vllm-no-logprobs"))
     assert "\n" not in str(info.value)
+
+
+VLLM_ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+
+
+def test_a_dead_engine_or_a_dropped_connection_says_so_not_check_the_model(stand_in):
+    """vLLM answers HTTP 500 with EngineDeadError's message once its engine core died, and a server
+    that goes away drops the connection: both name what happened, not a model mismatch."""
+    from ascp.lm.engine import EngineClient, EngineModel
+
+    with pytest.raises(AscpError, match="because its engine died") as info:
+        EngineModel("vllm:" + stand_in("vllm-engine-dead"))
+    message = str(info.value)
+    assert VLLM_ENGINE_DEAD in message and "HTTP 500" in message and "check that it serves" not in message
+    assert "\n" not in message and "restart the server" in message
+    drop = EngineClient(stand_in("vllm-drop"), retries=2)
+    drop.request("/v1/models")  # it answered once, then drops mid-response
+    with pytest.raises(AscpError, match="went away during /v1/completions") as info:
+        drop.request("/v1/completions", {"prompt": [[1, 2]]})
+    assert "its engine died or the server stopped" in str(info.value) and "\n" not in str(info.value)
+    assert start_posts(stand_in) == 2  # retried (2 tries), never read as a short answer
+    # a request the server refuses (4xx) keeps the model-mismatch sentence
+    with pytest.raises(AscpError, match="HTTP 404.*check that it serves this model"):
+        EngineClient(stand_in("vllm-bad-request")).request("/v1/completions", {"prompt": [[1]]})
+
+
+def start_posts(stand_in) -> int:
+    return sum(handler.posts for handler in stand_in.handlers if handler.mode == "vllm-drop")
 
 
 def test_engine_specs_enter_experiment_specs(tmp_path):

@@ -23,6 +23,7 @@ Hosted APIs and llama.cpp's server give no prompt log-probs and cannot be probed
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import time
 import urllib.error
@@ -82,6 +83,7 @@ class EngineClient:
         self.url = url
         self.timeout = timeout
         self.retries = retries
+        self.reached = False  # once it has answered, a lost connection means it went away, not a wrong URL
 
     def request(self, path: str, payload: dict[str, Any] | None = None) -> Any:
         data = None if payload is None else json.dumps(payload).encode()
@@ -90,27 +92,49 @@ class EngineClient:
         for attempt in range(self.retries):
             try:
                 with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                    return json.loads(resp.read().decode())
+                    answer = json.loads(resp.read().decode())
+                self.reached = True
+                return answer
             except urllib.error.HTTPError as exc:
                 detail = exc.read().decode(errors="replace")[:300].replace("\n", " ")
                 raise EngineError(self.url, path, exc.code, detail) from None
-            except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+            # a refused, reset or half-read connection (IncompleteRead is an HTTPException): retried, and
+            # never read as a short answer
+            except (urllib.error.URLError, ConnectionError, TimeoutError, http.client.HTTPException) as exc:
                 if attempt + 1 == self.retries:
-                    reason = getattr(exc, "reason", exc)
+                    reason = getattr(exc, "reason", None) or repr(exc)
+                    if self.reached or not isinstance(exc, (urllib.error.URLError, ConnectionRefusedError)):
+                        raise AscpError(f"the engine server at {self.url} went away during {path} ({reason}): "
+                                        "its engine died or the server stopped; restart it (its log has the "
+                                        "cause) and rerun.") from None
                     raise AscpError(f"the engine server at {self.url} is unreachable ({reason}); start it (see "
                                     "docs/engines.md) or fix the URL in the model spec.") from None
                 time.sleep(0.5 * 2**attempt)
         raise AssertionError("unreachable")
 
 
+# what vLLM answers (HTTP 500) once its engine core has died: every later request fails the same way
+ENGINE_DEAD = ("EngineDeadError", "EngineCore encountered", "engine core is dead", "Engine loop has died")
+
+
 class EngineError(AscpError):
     """An HTTP error answer from the server (status and the start of its message)."""
 
     def __init__(self, url: str, path: str, status: int, detail: str) -> None:
-        super().__init__(f"the engine server at {url} refused {path} (HTTP {status}: {detail}); check that it "
-                         "serves this model and accepts token-id prompts.")
         self.status = status
         self.detail = detail
+        self.engine_dead = status >= 500 and any(mark.lower() in detail.lower() for mark in ENGINE_DEAD)
+        if self.engine_dead:
+            message = (f"the engine server at {url} answered {path} with HTTP {status} because its engine died "
+                       f"({detail}); restart the server (its log has the cause, docs/engines.md \"Errors\") "
+                       "and rerun.")
+        elif status >= 500:
+            message = (f"the engine server at {url} failed on {path} (HTTP {status}: {detail}); its log has the "
+                       "cause (docs/engines.md \"Errors\").")
+        else:  # 4xx: the request itself was refused, e.g. a model name or token ids it does not accept
+            message = (f"the engine server at {url} refused {path} (HTTP {status}: {detail}); check that it "
+                       "serves this model and accepts token-id prompts.")
+        super().__init__(message)
 
 
 def _load_tokenizer(source: str, where: str) -> Any:
@@ -186,6 +210,8 @@ class EngineModel(TokenizedModel):
         try:
             self.score([ids[:1]], ids[1:] or ids)
         except EngineError as exc:
+            if exc.status >= 500:  # a server fault, not a missing feature
+                raise
             raise AscpError(f"the engine server at {self.spec.url} does not return prompt log-probs (HTTP "
                             f"{exc.status}: {exc.detail}); ascp needs them to probe (docs/engines.md).") from None
 
