@@ -89,7 +89,10 @@ def start_server(vllm: str, model_dir: str, device: str) -> tuple[subprocess.Pop
         port = s.getsockname()[1]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_NO_USAGE_STATS": "1"}
     dtype = ["--dtype", "float32"] if device == "cpu" else ["--dtype", "bfloat16"]
-    proc = subprocess.Popen([vllm, "serve", model_dir, *dtype, "--max-model-len", "4096", "--enforce-eager",
+    # The CPU build cannot rewind a seeded request's generator after a partial prefill: never split
+    # a prompt there (docs/engines.md "Chunked prefill on the CPU build").
+    cpu_only = ["--no-enable-chunked-prefill"] if device == "cpu" else []
+    proc = subprocess.Popen([vllm, "serve", model_dir, *dtype, *cpu_only, "--max-model-len", "4096", "--enforce-eager",
                              "--host", "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
