@@ -26,6 +26,7 @@ is assumed deterministic, as every ascp embedder is. `clear_pool_views()` emptie
 from __future__ import annotations
 
 import math
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -142,11 +143,13 @@ def pool_view_from_embeddings(
 
 POOL_VIEW_CACHE_SIZE = 1024  # views kept per process, least recently used dropped first
 _VIEWS: OrderedDict[tuple[int, str, tuple[str, ...], int | None], PoolView] = OrderedDict()
+_VIEWS_LOCK = threading.Lock()  # the API may be called from threads; building happens outside it
 
 
 def clear_pool_views() -> None:
     """Empty the per-process cache of `build_pool_view`."""
-    _VIEWS.clear()
+    with _VIEWS_LOCK:
+        _VIEWS.clear()
 
 
 def build_pool_view(case: Case, embed_fn: EmbedFn, n_facets: int | None = None) -> PoolView:
@@ -157,17 +160,19 @@ def build_pool_view(case: Case, embed_fn: EmbedFn, n_facets: int | None = None) 
     view for the policies that embed responses.
     """
     key = (id(embed_fn), case.id, tuple(p.id for p in case.pool), n_facets)
-    view = _VIEWS.get(key)
-    if view is not None and view.embed_fn is embed_fn and view.case == case:
-        _VIEWS.move_to_end(key)
-        return view
+    with _VIEWS_LOCK:
+        view = _VIEWS.get(key)
+        if view is not None and view.embed_fn is embed_fn and view.case == case:
+            _VIEWS.move_to_end(key)
+            return view
     texts: Sequence[str] = [case.question, *(p.full_text for p in case.pool)]
     vectors = np.array(embed_fn(texts), dtype=np.float64)  # our copy: shared views are read-only
     view = pool_view_from_embeddings(case, vectors[1:], vectors[0], embed_fn, n_facets)
     for array in (vectors, view.embeddings, view.query_embedding, view.relevance, view.similarity):
         array.setflags(write=False)  # one policy cannot change what the next one reads
-    _VIEWS[key] = view
-    _VIEWS.move_to_end(key)
-    while len(_VIEWS) > POOL_VIEW_CACHE_SIZE:
-        _VIEWS.popitem(last=False)
+    with _VIEWS_LOCK:
+        _VIEWS[key] = view
+        _VIEWS.move_to_end(key)
+        while len(_VIEWS) > POOL_VIEW_CACHE_SIZE:
+            _VIEWS.popitem(last=False)
     return view
