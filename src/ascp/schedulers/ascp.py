@@ -90,20 +90,28 @@ def ascp_greedy(
     return chosen
 
 
+# The options of Eq. (6) itself, shared by every scheduler built on its objective (Ascp, AscpExposure).
+EQ6_PARAMS: tuple[Param, ...] = (
+    Param("beta", float, BETA, "facet discount per use: pi(z) * beta^n(z)"),
+    Param("beta_doc", float, BETA_DOC, "passage discount per use: beta_doc^u(d)"),
+    Param("lam", float, LAMBDA, "weight of relevance against facet coverage"),
+    Param("gamma", float, GAMMA, "facet membership sharpness of W[d, z]"),
+    Param("m_max", int, M_MAX, "most facets a passage may belong to"),
+    Param("signal", str, "count", "how use is counted per facet", choices=SIGNALS),
+)
+
+
 class Ascp(Scheduler):
     """The feedback-driven submodular scheduler; see the module docstring and docs/schedulers.md."""
 
     name = "ascp"
     reads_feedback = True
     params = (
-        Param("beta", float, BETA, "facet discount per use: pi(z) * beta^n(z)"),
-        Param("beta_doc", float, BETA_DOC, "passage discount per use: beta_doc^u(d)"),
-        Param("lam", float, LAMBDA, "weight of relevance against facet coverage"),
+        *EQ6_PARAMS[:3],
         Param("kappa", int, KAPPA, "top-ranked passages pinned into every context"),
-        Param("gamma", float, GAMMA, "facet membership sharpness of W[d, z]"),
-        Param("m_max", int, M_MAX, "most facets a passage may belong to"),
+        *EQ6_PARAMS[3:5],
         Param("feedback", str, "probe", "where consumption comes from", choices=FEEDBACKS),
-        Param("signal", str, "count", "how use is counted per facet", choices=SIGNALS),
+        EQ6_PARAMS[5],
         Param("submodular", bool, True, "the submodular facet term (false: modular)"),
         Param("sim_threshold", float, None, "response-passage cosine that counts as use (similarity feedback)",
               optional=True),

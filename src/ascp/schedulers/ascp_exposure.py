@@ -36,7 +36,7 @@ import numpy as np
 from ascp.errors import AscpError
 from ascp.params import Param
 from ascp.schedulers._common import positions, selection
-from ascp.schedulers.ascp import BETA, BETA_DOC, LAMBDA, ascp_greedy, ascp_objective
+from ascp.schedulers.ascp import BETA, BETA_DOC, EQ6_PARAMS, LAMBDA, ascp_greedy, ascp_objective
 from ascp.schedulers.base import PoolView, RoundFeedback, Scheduler, Selection
 from ascp.schedulers.facets import GAMMA, M_MAX, facets_of
 from ascp.schedulers.feedback import SIGNALS, feedback_state
@@ -115,12 +115,7 @@ class AscpExposure(Scheduler):
     name = "ascp-exposure"
     reads_feedback = True
     params = (
-        Param("beta", float, BETA, "facet discount per use: pi(z) * beta^n(z)"),
-        Param("beta_doc", float, BETA_DOC, "passage discount per use: beta_doc^u(d)"),
-        Param("lam", float, LAMBDA, "weight of relevance against facet coverage"),
-        Param("gamma", float, GAMMA, "facet membership sharpness of W[d, z]"),
-        Param("m_max", int, M_MAX, "most facets a passage may belong to"),
-        Param("signal", str, "count", "how use is counted per facet", choices=SIGNALS),
+        *EQ6_PARAMS,
         Param("prior", float, PRIOR, "assumed use ratio of an ignored passage offered again (0: never, 1: as fresh)"),
         Param("strength", float, STRENGTH, "weight of the prior, in pseudo re-offers"),
         Param("learn", bool, True, "estimate the ratio from the case's rounds (false: keep the prior)"),
