@@ -192,3 +192,19 @@ def random_item(make_item) -> Callable[..., object]:
         return make_item(lm, question, passages, response)
 
     return build
+
+
+def unit_records(directory: Path) -> list[dict]:
+    """An experiment store's unit records without their timing fields (the only ones that vary
+    between runs), in file order."""
+    import json
+
+    out = []
+    for line in (directory / "units.jsonl").read_text(encoding="utf-8").splitlines():
+        rec = json.loads(line)
+        rec.pop("seconds")
+        for r in rec["rounds"]:
+            r.pop("seconds")
+            r.pop("generation_seconds")
+        out.append(rec)
+    return out

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import invoke_cli
+from conftest import invoke_cli, unit_records
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -58,12 +58,7 @@ def write_spec(folder: Path, model_dir: Path, **overrides) -> Path:
 def records(directory: Path) -> dict[UnitKey, dict]:
     """Finished units by key, without the timing fields (the only ones that vary between runs)."""
     out = {}
-    for line in (directory / "units.jsonl").read_text(encoding="utf-8").splitlines():
-        rec = json.loads(line)
-        rec.pop("seconds")
-        for r in rec["rounds"]:
-            r.pop("seconds")
-            r.pop("generation_seconds")
+    for rec in unit_records(directory):
         key = UnitKey.of(rec)
         assert key not in out, f"duplicate unit {key}"
         out[key] = rec

@@ -302,6 +302,19 @@ def subsets(n: int):
         yield from itertools.combinations(range(n), size)
 
 
+def assert_monotone_submodular(F: dict, N: int) -> None:
+    """F maps every sorted subset of range(N) to its value: gains are >= 0 and shrink as the set grows."""
+    for A in F:
+        for B in F:
+            if not set(A) <= set(B):
+                continue
+            for d in set(range(N)) - set(B):
+                gain_a = F[tuple(sorted((*A, d)))] - F[A]
+                gain_b = F[tuple(sorted((*B, d)))] - F[B]
+                assert gain_a >= -1e-12  # monotone
+                assert gain_a >= gain_b - 1e-12  # diminishing returns
+
+
 @settings(max_examples=150, deadline=None)
 @given(instances())
 def test_objective_equals_brute_force_and_is_zero_on_empty(inst) -> None:
@@ -315,15 +328,7 @@ def test_objective_equals_brute_force_and_is_zero_on_empty(inst) -> None:
 def test_objective_is_monotone_and_submodular(inst) -> None:
     N = inst["W"].shape[0]
     F = {C: ascp_objective(C, **inst) for C in subsets(N)}
-    for A in F:
-        for B in F:
-            if not set(A) <= set(B):
-                continue
-            for d in set(range(N)) - set(B):
-                gain_a = F[tuple(sorted((*A, d)))] - F[A]
-                gain_b = F[tuple(sorted((*B, d)))] - F[B]
-                assert gain_a >= -1e-12  # monotone
-                assert gain_a >= gain_b - 1e-12  # diminishing returns
+    assert_monotone_submodular(F, N)
 
 
 @settings(max_examples=150, deadline=None)
@@ -545,15 +550,7 @@ def test_exposure_objective_is_monotone_and_submodular(inst) -> None:
 
     N = inst["W"].shape[0]
     F = {C: exposure_objective(C, **inst) for C in subsets(N)}
-    for A in F:
-        for B in F:
-            if not set(A) <= set(B):
-                continue
-            for d in set(range(N)) - set(B):
-                gain_a = F[tuple(sorted((*A, d)))] - F[A]
-                gain_b = F[tuple(sorted((*B, d)))] - F[B]
-                assert gain_a >= -1e-12  # monotone
-                assert gain_a >= gain_b - 1e-12  # diminishing returns
+    assert_monotone_submodular(F, N)
 
 
 @settings(max_examples=150, deadline=None)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import unit_records
 
 import ascp.schedulers.facets as facets
 from ascp.data import load_cases_with_order
@@ -106,15 +107,7 @@ def test_a_view_is_built_once_per_case_and_embedder(monkeypatch):
 
 
 def strip_times(directory: Path) -> list[dict]:
-    out = []
-    for line in (directory / "units.jsonl").read_text(encoding="utf-8").splitlines():
-        rec = json.loads(line)
-        rec.pop("seconds")
-        for r in rec["rounds"]:
-            r.pop("seconds")
-            r.pop("generation_seconds")
-        out.append(rec)
-    return sorted(out, key=lambda r: json.dumps(r, sort_keys=True))
+    return sorted(unit_records(directory), key=lambda r: json.dumps(r, sort_keys=True))
 
 
 def test_experiment_records_equal_an_unshared_run(tmp_path, monkeypatch, tiny_model_dir):
