@@ -32,7 +32,7 @@ UV_COMPILE = $(UV) pip compile --quiet --generate-hashes --python-version $(LOCK
 # current pins and only adds what pyproject.toml newly asks for.
 LOCK_UPGRADE ?= --upgrade
 
-.PHONY: setup demo test lint bench lock check-latest python-version clean qwen mpnet vllm
+.PHONY: setup demo test lint bench lock check-latest python-version clean qwen mpnet vllm evals
 
 # One sentence and a non-zero exit before anything is created, on a Python the lock cannot serve.
 python-version:
@@ -60,8 +60,10 @@ setup: $(STAMP)
 demo: setup
 	$(BIN)/ascp demo
 
-test: setup
-	$(BIN)/pytest -q
+# The RAGAS and DeepEval tests (tests/evals/) run in their own environment, .venv-evals.
+test: setup evals
+	$(BIN)/pytest -q --ignore=tests/evals
+	$(EVALS_VENV)/bin/pytest -q tests/evals
 
 lint: setup
 	$(BIN)/ruff check src tests benchmarks tools
@@ -108,6 +110,19 @@ $(VLLM_STAMP): requirements-vllm.lock tools/vllm_cpu_env.py | python-version
 	$(PYTHON) tools/vllm_cpu_env.py $(VLLM_VENV)
 	touch $@
 
+# The environment of the RAGAS and DeepEval metrics (docs/ragas.md, docs/deepeval.md): ascp with
+# both frameworks, hash-locked in requirements-evals.lock, in its own .venv-evals (DeepEval's click
+# cap rules out the main lock's transformers). About 2 minutes; a rerun does nothing.
+EVALS_VENV := .venv-evals
+EVALS_STAMP := $(EVALS_VENV)/.ascp-installed
+evals: $(EVALS_STAMP)
+$(EVALS_STAMP): requirements-evals.lock requirements-assets.lock pyproject.toml | python-version
+	rm -rf $(EVALS_VENV)
+	$(PYTHON) -m venv $(EVALS_VENV)
+	$(EVALS_VENV)/bin/pip install -q --require-hashes --no-deps -r requirements-evals.lock -r requirements-assets.lock
+	$(EVALS_VENV)/bin/pip install -q --no-deps --no-build-isolation -e .
+	touch $@
+
 $(UV):
 	$(PYTHON) -m venv $(LOCK_TOOLS)
 	$(LOCK_TOOLS)/bin/pip install -q uv==$(UV_VERSION)
@@ -122,6 +137,8 @@ lock: $(UV)
 	$(UV_COMPILE) $(LOCK_UPGRADE) --no-deps requirements/qwen.in -o requirements-qwen.lock
 	$(UV_COMPILE) $(LOCK_UPGRADE) --no-deps requirements/mpnet.in -o requirements-mpnet.lock
 	$(UV_COMPILE) $(LOCK_UPGRADE) requirements/vllm.in -o requirements-vllm.lock
+	$(UV_COMPILE) $(LOCK_UPGRADE) pyproject.toml requirements/evals.in --extra dev --extra ragas --extra deepeval \
+		-o requirements-evals.lock
 	$(UV_COMPILE) $(LOCK_UPGRADE) pyproject.toml requirements/pins.in --extra dev --extra ray --extra langchain \
 		--extra llamaindex --extra haystack --extra ir --extra bench \
 		--constraint requirements.lock -o requirements-bench.lock
@@ -143,4 +160,4 @@ check-latest: python-version
 
 clean:
 	rm -rf $(VENV) $(LATEST) $(LOCK_TOOLS) build dist src/*.egg-info .pytest_cache .ruff_cache .qwen-wheels \
-		.mpnet-wheels $(VLLM_VENV)
+		.mpnet-wheels $(VLLM_VENV) $(EVALS_VENV)
