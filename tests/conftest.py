@@ -11,6 +11,7 @@ helper of its module or through a fixture), so `pytest -m "not slow"` is the fas
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -208,3 +209,36 @@ def unit_records(directory: Path) -> list[dict]:
             r.pop("generation_seconds")
         out.append(rec)
     return out
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """`small_disk(size="64k", read_only=False)`: a real tmpfs of that size mounted in tmp_path (root
+    only; skipped with the reason where mounting is not allowed), unmounted after the test."""
+    mounts: list[Path] = []
+
+    def mount(size: str = "64k", read_only: bool = False) -> Path:
+        where = tmp_path / f"disk{len(mounts)}"
+        where.mkdir()
+        options = f"size={size}" + (",ro" if read_only else "")
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip() or 'not root'}); "
+                        "the simulated disk-fault tests cover the same paths")
+        mounts.append(where)
+        return where
+
+    yield mount
+    for where in mounts:
+        with contextlib.suppress(Exception):
+            subprocess.run(["umount", str(where)], capture_output=True)
+
+
+def fill_disk(folder: Path, leave: int = 0) -> Path:
+    """Fill a small file system up to `leave` free bytes with one file (returned, to free the space)."""
+    filler = folder / ".filler"
+    free = os.statvfs(folder).f_bavail * os.statvfs(folder).f_frsize
+    with filler.open("wb") as handle, contextlib.suppress(OSError):
+        handle.write(b"\0" * max(0, free - leave))
+        handle.flush()
+    return filler

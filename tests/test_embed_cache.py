@@ -217,3 +217,19 @@ def test_misuse_is_refused():
         EmbeddingCache(hashing_embed, folder="x")
     with pytest.raises(ValueError, match="persistent"):
         EmbeddingCache(hashing_embed, "x.npz", whole_calls=True)
+
+
+def test_an_embedding_cache_the_disk_refuses_is_skipped_with_a_warning(tmp_path, small_disk):
+    import numpy as np
+    from conftest import fill_disk
+
+    from ascp.embed.cache import EmbeddingCache
+
+    disk = small_disk("64k")
+    cache = EmbeddingCache(lambda texts: np.ones((len(texts), 4096)), path=disk / "cache.npz")
+    cache(["a", "b", "c", "d"])
+    fill_disk(disk, leave=0)
+    with pytest.warns(UserWarning, match=r"could not write .*cache\.npz: no space is left on the device; .* The "
+                                         r"embedding cache was not saved"):
+        cache.save()
+    assert sorted(p.name for p in disk.iterdir()) == [".filler"]  # no partial cache entry

@@ -271,6 +271,34 @@ def test_store_refuses_a_different_spec_and_a_second_writer(tmp_path):
         pass
 
 
+def test_a_unit_the_disk_refuses_mid_write_leaves_no_part_of_it(tmp_path, monkeypatch):
+    import errno
+
+    import ascp.experiments.store as store_module
+
+    folder = tmp_path / "s"
+    with RunStore(folder) as store:
+        store.begin({"name": "x"}, "name: x\n")
+        store.write(fake_record(0))
+        whole = (folder / "units.jsonl").read_bytes()
+        real_write = os.write
+
+        def half_then_full(fd, data):  # the disk fills in the middle of the second unit's line
+            real_write(fd, bytes(data[: len(data) // 2]))
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        monkeypatch.setattr(store_module.os, "write", half_then_full)
+        with pytest.raises(AscpError) as caught:
+            store.write(fake_record(1))
+        monkeypatch.undo()
+        assert str(caught.value) == (f"could not write {folder / 'units.jsonl'}: no space is left on the device; free "
+                                     "space and rerun the same command: the 1 finished units are kept and the run "
+                                     "resumes after them.")
+        assert (folder / "units.jsonl").read_bytes() == whole  # no torn line
+        assert store.write(fake_record(1))  # space is back: the same unit is written whole
+    assert [r["case_id"] for r in parse_units((folder / "units.jsonl").read_bytes(), folder)[0]] == ["c0", "c1"]
+
+
 # ----- running ------------------------------------------------------------------------------------
 
 def test_local_run_writes_one_record_per_unit(reference, spec_path):
@@ -389,3 +417,38 @@ def test_the_backend_enters_the_plan_only_when_chosen(tmp_path, tiny_model_dir):
     assert "backend" not in auto and chosen["backend"] == "hf"
     with pytest.raises(AscpError, match="backend"):
         load_spec(write_spec(tmp_path / "c", tiny_model_dir, backend="vulkan"))
+
+
+def test_a_disk_that_fills_mid_experiment_keeps_whole_units_and_the_rerun_equals_an_uninterrupted_run(
+        reference, spec_path, small_disk):
+    from conftest import fill_disk
+
+    disk = small_disk("256k")
+    out = disk / "store"
+    units = (reference / "units.jsonl").read_bytes().splitlines(keepends=True)
+    # room for the lock, the spec, the plan and about two units, not for all of them (tmpfs counts whole pages)
+    pages = lambda n: -(-n // 4096) * 4096  # noqa: E731
+    room = 4096 + sum(pages((reference / name).stat().st_size) for name in ("spec.yaml", "plan.json"))
+    filler = fill_disk(disk, leave=room + pages(len(b"".join(units[:2]))) + 1024)
+    result = invoke_cli(["experiment", "run", str(spec_path), "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    message = result.output.strip().splitlines()[-1]
+    assert message.startswith(f"error: could not write {out / 'units.jsonl'}: no space is left on the device; "
+                              "free space and rerun the same command: the "), message
+    kept = (out / "units.jsonl").read_bytes()
+    assert kept.endswith(b"\n") or kept == b""  # whole lines only
+    assert 0 < len(kept.splitlines()) < len(units)
+    filler.unlink()
+    rerun = invoke_cli(["experiment", "run", str(spec_path), "--out", str(out)])
+    assert rerun.exit_code == 0, rerun.output
+    assert records(out) == records(reference)
+
+
+def test_a_read_only_store_folder_is_refused_before_any_work(spec_path, small_disk):
+    disk = small_disk("64k", read_only=True)
+    result = invoke_cli(["experiment", "run", str(spec_path), "--out", str(disk / "store")])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1] == (
+        f"error: cannot write into {disk}: its file system is read-only; choose another output folder (nothing was "
+        "run).")
+

@@ -122,3 +122,64 @@ def test_a_line_json_cannot_hold_in_python_is_one_sentence(tmp_path):
     path.write_text('{"a": ' + "1" * 5000 + "}\n", encoding="utf-8")
     with pytest.raises(AscpError, match=r"big\.jsonl:1 is not valid JSON .*; each line must be one JSON object\.$"):
         read_jsonl(path)
+
+
+# ----- disks that refuse writes -------------------------------------------------------------------
+
+def refused(code: int, filename: object = None) -> OSError:
+    """The error a write raises on a disk that refuses it (a simulated fault where no tmpfs can be mounted)."""
+    return OSError(code, os.strerror(code), filename)
+
+
+@pytest.mark.parametrize("code, reason", [(28, "no space is left on the device"), (30, "its file system is read-only")])
+def test_a_refused_write_is_one_sentence_and_leaves_the_old_file(tmp_path, code, reason):
+    target = tmp_path / "out.json"
+    target.write_text("old")
+    with pytest.raises(AscpError) as caught, atomic_writer(target) as handle:
+        handle.write("new" * 10_000)
+        raise refused(code)
+    assert str(caught.value) == (f"could not write {target}: {reason}; free space or choose another output folder, "
+                                 "then rerun (nothing was written).")
+    assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
+
+
+def test_a_refused_write_in_a_staged_folder_publishes_nothing(tmp_path):
+    out = tmp_path / "run"
+    # the sentence names the file as it would have been published, not the hidden temporary folder
+    with pytest.raises(AscpError, match=rf"^could not write {out / 'b.jsonl'}: no space is left"), \
+            staged_folder(out) as tmp:
+        (tmp / "a.jsonl").write_text("first")
+        raise refused(28, tmp / "b.jsonl")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(FileNotFoundError), staged_folder(out) as tmp:  # other errors are not disk errors
+        raise FileNotFoundError(2, "missing", "input.json")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_on_a_real_full_disk_nothing_half_written_and_a_rerun_after_space_returns_completes(small_disk):
+    from conftest import fill_disk
+
+    disk = small_disk("64k")
+    filler = fill_disk(disk, leave=2048)
+    out = disk / "run"
+    full = rf"^could not write {out}.*: no space is left on the device; free space"
+    with pytest.raises(AscpError, match=full), staged_folder(out) as tmp:
+        (tmp / "rows.jsonl").write_text("row\n" * 5_000)
+    assert sorted(p.name for p in disk.iterdir()) == [".filler"]
+    with pytest.raises(AscpError, match="no space is left on the device"), atomic_writer(disk / "x.json") as h:
+        h.write("y" * 20_000)
+    assert sorted(p.name for p in disk.iterdir()) == [".filler"]
+    filler.unlink()  # space returns
+    with staged_folder(out) as tmp:
+        (tmp / "rows.jsonl").write_text("row\n" * 5_000)
+    assert (out / "rows.jsonl").read_text() == "row\n" * 5_000
+
+
+def test_a_real_read_only_folder_is_one_sentence(small_disk):
+    disk = small_disk("64k", read_only=True)
+    read_only = "its file system is read-only"
+    with pytest.raises(AscpError, match=rf"^could not write {disk / 'x.json'}: {read_only}"), \
+            atomic_writer(disk / "x.json") as handle:
+        handle.write("y")
+    with pytest.raises(AscpError, match=rf"^could not write {disk / 'run'}: {read_only}"), staged_folder(disk / "run"):
+        pass

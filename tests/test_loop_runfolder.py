@@ -62,3 +62,46 @@ def test_a_round_record_of_another_format_names_its_line(written):
     with pytest.raises(AscpError, match=r"is not a run folder this version of ascp reads \(.*rounds.jsonl:3: KeyError"):
         run.rounds()
     assert set(RUN_FILES) == {p.name for p in folder.iterdir()}
+
+
+# ----- `ascp run` on a disk that refuses the run folder -------------------------------------------
+
+def _run(cli, tiny_model_dir, out):
+    from importlib import resources
+
+    demo = str(resources.files("ascp") / "resources" / "demo_cases.jsonl")
+    return cli("run", "--data", demo, "--limit", "2", "--policy", "rotate", "--k", "2", "--T", "2", "--out", str(out),
+               "--model", str(tiny_model_dir), "--max-new-tokens", "4", "--embedder", "hashing")
+
+
+def test_a_full_disk_leaves_no_run_folder_and_the_rerun_after_space_returns_completes(cli, tiny_model_dir,
+                                                                                      small_disk, tmp_path):
+    from conftest import fill_disk
+
+    reference = _run(cli, tiny_model_dir, tmp_path / "reference")
+    assert reference.exit_code == 0, reference.output
+    disk = small_disk("64k")
+    filler = fill_disk(disk, leave=4096)  # one page: less than the run folder's three files need
+    out = disk / "run"
+    result = _run(cli, tiny_model_dir, out)
+    assert result.exit_code == 2, result.output
+    line = result.output.strip().splitlines()[-1]
+    assert line.startswith(f"error: could not write {out}") and "no space is left on the device; free space or " \
+        "choose another output folder, then rerun (nothing was written)." in line, line
+    assert sorted(p.name for p in disk.iterdir()) == [".filler"]  # no run folder, no hidden temporary one
+    filler.unlink()
+    again = _run(cli, tiny_model_dir, out)
+    assert again.exit_code == 0, again.output
+    strip = lambda folder: [{k: v for k, v in r.items() if "seconds" not in k}  # noqa: E731 - timings vary
+                            for _, r in read_records(folder / "rounds.jsonl")]
+    assert strip(out) == strip(tmp_path / "reference")
+
+
+def test_a_read_only_output_folder_is_one_sentence(cli, tiny_model_dir, small_disk):
+    disk = small_disk("64k", read_only=True)
+    result = _run(cli, tiny_model_dir, disk / "run")
+    assert result.exit_code == 2, result.output
+    # refused before the model is loaded or a round is run
+    assert result.output.strip().splitlines()[-1] == (
+        f"error: cannot write into {disk}: its file system is read-only; choose another output folder (nothing was "
+        "run).")

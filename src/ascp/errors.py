@@ -13,6 +13,13 @@ class AscpError(Exception):
     """
 
 
+class DiskError(AscpError):
+    """A write that the disk refused (full, read-only, no permission): one sentence naming the file.
+
+    Writers that can go on without the file (a cache) catch this one; everything else stops.
+    """
+
+
 def raised_error(call: Callable[..., object], *args: Any, **kwargs: Any) -> AscpError | None:
     """The `AscpError` that `call(*args, **kwargs)` raises, or None when it returns (contract tests'
     way to assert a refusal and read its sentence); any other exception propagates."""

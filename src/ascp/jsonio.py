@@ -5,6 +5,7 @@ place only when complete, optionally flushed to disk (`fsync`)."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
@@ -12,9 +13,9 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeGuard
 
-from ascp.errors import AscpError
+from ascp.errors import AscpError, DiskError
 
 
 def read_jsonl(path: str | Path, *, missing: str | None = None, fix: str = "each line must be one JSON object",
@@ -49,6 +50,37 @@ def read_jsonl(path: str | Path, *, missing: str | None = None, fix: str = "each
         raise AscpError(f"{path} holds no JSON lines; {empty}.")
     return rows
 
+# The errors of a disk that refuses a write, in the words a user acts on.
+DISK_ERRNOS = {errno.ENOSPC: "no space is left on the device", errno.EDQUOT: "the disk quota is used up",
+               errno.EROFS: "its file system is read-only", errno.EACCES: "permission is denied",
+               errno.EPERM: "permission is denied", errno.EFBIG: "the file is too large for the file system"}
+NOTHING_WRITTEN = "free space or choose another output folder, then rerun (nothing was written)"
+
+
+def disk_error(exc: OSError, path: str | Path, fix: str = NOTHING_WRITTEN) -> DiskError:
+    """One sentence for a write the disk refused: which file, why, and what to do."""
+    reason = DISK_ERRNOS.get(exc.errno or 0, exc.strerror or str(exc))
+    return DiskError(f"could not write {path}: {reason}; {fix}.")
+
+
+def is_disk_error(exc: BaseException) -> TypeGuard[OSError]:
+    """An OSError of a disk that refuses writes (not, say, a missing file read inside a block)."""
+    return isinstance(exc, OSError) and exc.errno in DISK_ERRNOS
+
+
+def check_writable(folder: str | Path) -> None:
+    """Fail before any work when `folder` (an existing output folder or its parent) refuses files."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".ascp-write-check.", dir=folder)
+    except OSError as exc:
+        if is_disk_error(exc):
+            reason = DISK_ERRNOS[exc.errno or 0]
+            raise DiskError(f"cannot write into {folder}: {reason}; choose another output folder (nothing was "
+                            "run).") from None
+        raise
+    os.close(fd)
+    os.unlink(probe)
+
 
 @contextlib.contextmanager
 def atomic_writer(path: str | Path, mode: str = "w", fsync: bool = False) -> Iterator[IO[Any]]:
@@ -65,7 +97,12 @@ def atomic_writer(path: str | Path, mode: str = "w", fsync: bool = False) -> Ite
     path = Path(path)
     if path.parent and not path.parent.exists():
         raise AscpError(f"output folder {path.parent} does not exist; create it first.")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    except OSError as exc:
+        if is_disk_error(exc):
+            raise disk_error(exc, path) from None
+        raise
     try:
         os.fchmod(fd, 0o644)  # mkstemp makes it private; the file becomes `path`
         with open(tmp, mode, encoding="utf-8" if mode == "w" else None) as handle:
@@ -76,11 +113,13 @@ def atomic_writer(path: str | Path, mode: str = "w", fsync: bool = False) -> Ite
                 handle.flush()
                 os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         if fd >= 0:
             os.close(fd)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if is_disk_error(exc):
+            raise disk_error(exc, path) from None
         raise
     if fsync:
         fsync_folder(path.parent)
@@ -94,6 +133,14 @@ def fsync_folder(folder: str | Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def _published_name(exc: OSError, tmp: Path, out: Path) -> Path:
+    """The path a failed write in a staged folder would have had once published (else `out`)."""
+    name = Path(str(exc.filename)) if exc.filename else None
+    if name is not None and name.is_relative_to(tmp):
+        return out / name.relative_to(tmp)
+    return out
 
 
 def _fsync_tree(folder: Path) -> None:
@@ -149,7 +196,12 @@ def staged_folder(out: str | Path, whole: bool = False, fsync: bool = False) -> 
     """
     out = Path(out)
     parent = out.parent if str(out.parent) else Path(".")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
+    except OSError as exc:
+        if is_disk_error(exc):
+            raise disk_error(exc, out) from None
+        raise
     try:
         tmp.chmod(0o755)  # mkdtemp makes it private; the folder becomes `out`
         yield tmp
@@ -167,8 +219,10 @@ def staged_folder(out: str | Path, whole: bool = False, fsync: bool = False) -> 
             for path in tmp.iterdir():
                 os.replace(path, out / path.name)
             tmp.rmdir()
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if is_disk_error(exc):
+            raise disk_error(exc, _published_name(exc, tmp, out)) from None
         raise
     if fsync:
         fsync_folder(out)

@@ -26,7 +26,8 @@ out = Console() if sys.stdout.isatty() else Console(width=160)
 
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn an `AscpError` into one sentence on stderr and exit code 2 (no traceback)."""
+    """Turn an `AscpError` (or a disk that refuses a write) into one sentence on stderr and exit code 2
+    (no traceback)."""
     try:
         yield
     except AscpError as exc:
@@ -35,6 +36,15 @@ def user_errors() -> Iterator[None]:
     except KeyboardInterrupt:
         err.print("interrupted; nothing was written.")
         raise typer.Exit(130) from None
+    except OSError as exc:  # a disk that refused a write outside ascp's own writers (they say more)
+        from ascp.jsonio import disk_error, is_disk_error
+
+        if not is_disk_error(exc):
+            raise
+        sentence = disk_error(exc, exc.filename or "an output file", "free space or choose another output folder, "
+                              "then rerun")
+        err.print(f"error: {sentence}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
 
 
 def _progress():

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ascp.errors import AscpError
+from ascp.errors import AscpError, DiskError
 from ascp.jsonio import atomic_writer
 
 EmbedFn = Callable[[Sequence[str]], np.ndarray]
@@ -134,8 +134,13 @@ class EmbeddingCache:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         stamp = {} if self._stamp is None else {self.IDENTITY_KEY: np.array(self._stamp)}
-        with atomic_writer(self.path, mode="wb") as handle:
-            np.savez(handle, **self.vectors, **stamp)  # type: ignore[arg-type]
+        try:
+            with atomic_writer(self.path, mode="wb") as handle:
+                np.savez(handle, **self.vectors, **stamp)  # type: ignore[arg-type]
+        except DiskError as exc:  # a cache is an optimisation: the results stand without it
+            warnings.warn(f"{exc} The embedding cache was not saved (the old file, if any, is intact); the "
+                          "results are unaffected.", UserWarning, stacklevel=2)
+            return
         self._dirty = False
 
     def _load(self, path: Path) -> None:

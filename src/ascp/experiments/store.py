@@ -25,7 +25,7 @@ from typing import Any
 
 from ascp.errors import AscpError
 from ascp.experiments.plan import UnitKey
-from ascp.jsonio import atomic_writer
+from ascp.jsonio import atomic_writer, check_writable, disk_error, is_disk_error
 
 UNITS = "units.jsonl"
 PLAN = "plan.json"
@@ -101,6 +101,7 @@ def check_out_location(out: Path) -> None:
         raise AscpError(f"--out {out} exists and is not a folder; pass a folder path.")
     if not out.parent.is_dir():
         raise AscpError(f"the parent folder of --out ({out.parent}) does not exist; create it first.")
+    check_writable(out if out.is_dir() else out.parent)
 
 
 class RunStore:
@@ -164,7 +165,8 @@ class RunStore:
                 raise AscpError(f"{self.dir} holds a run of a different spec ({field} differs); rerun with the same "
                                 "spec to resume it, or pass a new --out.")
         else:
-            (self.dir / SPEC).write_text(spec_text, encoding="utf-8")
+            with atomic_writer(self.dir / SPEC) as handle:
+                handle.write(spec_text)
             with atomic_writer(plan_path, fsync=True) as handle:  # the plan must outlive a power cut
                 handle.write(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
         path = self.dir / UNITS
@@ -187,10 +189,20 @@ class RunStore:
             raise RuntimeError("RunStore.begin() must be called before write()")
         line = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
         view = memoryview(line)
-        while view:  # a regular file takes the whole buffer; loop only for safety
-            written = os.write(self._fd, view)
-            view = view[written:]
-        os.fsync(self._fd)
+        before = os.fstat(self._fd).st_size
+        try:
+            while view:  # a regular file takes the whole buffer; loop only for safety
+                written = os.write(self._fd, view)
+                view = view[written:]
+            os.fsync(self._fd)
+        except OSError as exc:
+            # never leave part of a unit behind: the store ends at its last whole line
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, before)
+            if is_disk_error(exc):
+                raise disk_error(exc, self.dir / UNITS, f"free space and rerun the same command: the "
+                                 f"{len(self.done)} finished units are kept and the run resumes after them") from None
+            raise
         self.done.add(key)
         return True
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ascp.errors import AscpError
-from ascp.jsonio import read_jsonl, staged_folder
+from ascp.jsonio import check_writable, read_jsonl, staged_folder
 from ascp.types import Case, Portfolio, Round
 
 RUN_FILES = ("rounds.jsonl", "cases.jsonl", "summary.json")
@@ -35,6 +35,7 @@ def check_out_dir(out: Path, overwrite: bool = False) -> None:
     parent = out.parent if str(out.parent) else Path(".")
     if not parent.exists():
         raise AscpError(f"the parent folder of --out ({parent}) does not exist; create it first.")
+    check_writable(out if out.is_dir() else parent)
 
 
 def round_records(portfolio: Portfolio) -> list[dict[str, Any]]:
