@@ -167,6 +167,11 @@ def summarize(samples: list[dict[str, Any]], n_boot: int) -> dict[str, Any]:
                        for s in chosen]
                 cell["accuracy"] = cluster_bootstrap(acc, [s["key"][0] for s in chosen], null=0.5,
                                                      n_boot=n_boot).to_json()
+            if metric != "ascp":  # paired: ascp's AUC minus this metric's, context by context
+                diffs = [roc_auc_score(s["necessary"], s["scores"]["ascp"]) - a for s, a in zip(chosen, aucs,
+                                                                                                  strict=True)]
+                cell["ascp_minus"] = cluster_bootstrap(diffs, [s["key"][0] for s in chosen], null=0.0,
+                                                       n_boot=n_boot).to_json()
             table[metric]["all" if padding == "all" else f"k={width} {padding}"] = cell
     return table
 
@@ -180,6 +185,14 @@ def render(summary: dict[str, Any]) -> str:
         needs = "response" if metric in REFERENCE_FREE else "gold reference"
         lines.append(f"| {label} | {needs} | " + " | ".join(fmt(summary["table"][metric][c]["auc"]) for c in cols)
                      + " |")
+    lines += ["", "Paired AUC difference, ascp's metric minus each other metric (context by context; 95% cluster "
+              "bootstrap over cases, p for no difference):", "",
+              "| ascp minus | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    pfmt = lambda e: f"{e['mean']:+.3f} [{e['lo']:+.3f}, {e['hi']:+.3f}] p={e['p']:.3f}"  # noqa: E731
+    for metric, label in METRICS.items():
+        if metric != "ascp":
+            lines.append(f"| {label} | " + " | ".join(pfmt(summary["table"][metric][c]["ascp_minus"]) for c in cols)
+                         + " |")
     lines += ["", "Accuracy of the per-context verdict against the necessity labels:", "",
               "| verdict | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
     names = {"ascp": "ascp used (tau(k))", "reference": "RAGAS reference similarity >= 0.5",
@@ -196,11 +209,23 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None, help="first N cases of the store")
     ap.add_argument("--n-boot", type=int, default=2000)
     ap.add_argument("--out", type=Path, required=True, help="folder for results.json and results.md")
+    ap.add_argument("--reuse", action="store_true", help="summarise the per-context scores already in "
+                    "OUT/results.json again (nothing is rescored)")
     args = ap.parse_args()
     if not args.data.is_file():
         raise SystemExit(f"{args.data} is missing: this benchmark needs the shared ASQA pools.")
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    if args.reuse:
+        earlier = json.loads((args.out / "results.json").read_text())
+        samples, seconds = earlier["contexts"], earlier["summary"]["ascp_seconds"]
+        started, command = earlier["summary"]["started"], earlier["summary"]["command"]
+        for s in samples:
+            s["key"] = tuple(s["key"])
+        summary = {**earlier["summary"], "table": summarize(samples, args.n_boot), "command": command,
+                   "resummarised_by": " ".join(["python", *sys.argv])}
+        write(args, summary, samples, seconds, started)
+        return
     samples = build_samples(args.data, args.store, args.limit)
     log(f"{len(samples)} contexts rebuilt from {args.data}; every one equals its committed context")
     readings, seconds = causal_scores(samples, log)
@@ -217,13 +242,21 @@ def main() -> None:
                "started": started, "machine": f"{platform.processor() or platform.machine()}, "
                                               f"{os.cpu_count()} CPUs, Python {platform.python_version()}",
                "command": " ".join(["python", *sys.argv])}
+    write(args, summary, samples, seconds, started)
+
+
+def write(args: argparse.Namespace, summary: dict[str, Any], samples: list[dict[str, Any]], seconds: float,
+          started: str) -> None:
     keep = ("key", "necessary", "scores", "verdicts", "sample_scores")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps({"summary": summary, "metrics": METRICS, "contexts": [
         {k: s[k] for k in keep} for s in samples]}, indent=1) + "\n")
     page = [f"# ascp's causal context use against RAGAS's non-LLM metrics ({summary['cases']} ASQA cases, "
             f"{summary['contexts']} controlled contexts)", "",
-            f"- command: `{summary['command']}`", f"- machine: {summary['machine']}; started {started}; "
+            f"- command: `{summary['command']}`"
+            + (f" (tables recomputed from its results.json by `{summary['resummarised_by']}`)"
+               if "resummarised_by" in summary else ""),
+            f"- machine: {summary['machine']}; started {started}; "
             f"ascp's metric took {seconds:.0f} s inside ragas.evaluate",
             f"- data: `{args.data}`; contexts and fixed responses: `{args.store}`", "",
             "Mean within-context AUC of the necessary passages [95% cluster bootstrap over cases]:", "",
