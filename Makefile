@@ -139,7 +139,7 @@ lock: $(UV)
 	$(UV_COMPILE) $(LOCK_UPGRADE) --no-deps requirements/mpnet.in -o requirements-mpnet.lock
 	$(UV_COMPILE) $(LOCK_UPGRADE) requirements/vllm.in -o requirements-vllm.lock
 	$(UV_COMPILE) $(LOCK_UPGRADE) pyproject.toml requirements/evals.in --extra dev --extra ragas --extra deepeval \
-		--override requirements/evals-overrides.txt --constraint requirements.lock -o requirements-evals.lock
+		--override requirements/evals-overrides.txt -o requirements-evals.lock
 	$(UV_COMPILE) $(LOCK_UPGRADE) pyproject.toml requirements/pins.in --extra dev --extra ray --extra langchain \
 		--extra llamaindex --extra haystack --extra ir --extra bench \
 		--constraint requirements.lock -o requirements-bench.lock
