@@ -22,7 +22,7 @@ from typing import Any
 
 from ascp.errors import AscpError
 from ascp.integrations import require
-from ascp.integrations.metric import AGGREGATES, aggregate, read_sample, sample_label, used_flags
+from ascp.integrations.metric import AGGREGATES, aggregate, bound_probe, read_sample, sample_label, used_flags
 
 require("deepeval", "deepeval")
 
@@ -63,11 +63,8 @@ class CausalContextUseMetric(BaseMetric):
         self.evaluation_model = "ascp causal probe (no LLM judge)"
         self.evaluation_cost = 0.0
 
-    def _bound_probe(self) -> Any:
-        if self.probe is None:
-            from ascp.api import Probe, load_model
-
-            self.probe = Probe(load_model("default"))
+    def _probe(self) -> Any:
+        self.probe = bound_probe(self.probe)
         return self.probe
 
     def _check(self, test_case: LLMTestCase) -> None:
@@ -91,7 +88,7 @@ class CausalContextUseMetric(BaseMetric):
         # a context is a string or a RetrievedContextData (its `context` text; its `source` is not prompt text)
         contexts = [str(getattr(c, "context", c)) for c in test_case.retrieval_context or []]
         try:
-            result = read_sample(test_case.input, test_case.actual_output, contexts, probe=self._bound_probe())
+            result = read_sample(test_case.input, test_case.actual_output, contexts, probe=self._probe())
         except AscpError as err:
             self.error = str(err).replace("sample ", "test case ", 1)
             raise DeepEvalError(self.error) from None

@@ -54,6 +54,15 @@ def read_sample(question: object, response: object, contexts: object, *, probe: 
         raise AscpError(f"sample {name}: {str(err).removeprefix(_REQUEST_PREFIX)}") from None
 
 
+def bound_probe(probe: Probe | None) -> Probe:
+    """`probe`, or a probe of the embedded default model (loaded once per process) when None."""
+    if probe is not None:
+        return probe
+    from ascp.api import default_model
+
+    return Probe(default_model())
+
+
 def used_flags(result: AttributionResult) -> list[bool]:
     """The probe's used verdict per context, in context order."""
     used = set(result.used)

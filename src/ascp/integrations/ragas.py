@@ -22,7 +22,7 @@ import typing as t
 from dataclasses import dataclass, field
 
 from ascp.integrations import require
-from ascp.integrations.metric import aggregate, read_sample, used_flags
+from ascp.integrations.metric import aggregate, bound_probe, read_sample, used_flags
 
 require("ragas", "ragas")
 
@@ -60,11 +60,8 @@ class CausalContextUse(SingleTurnMetric):
 
     def bound_probe(self) -> Probe:
         """The probe, the embedded default model's if none was given (loaded once)."""
-        if self.probe is None:
-            from ascp.api import Probe, load_model
-
-            self.probe = Probe(load_model("default"))
-        return t.cast("Probe", self.probe)
+        self.probe = bound_probe(self.probe)
+        return self.probe
 
     def reading(self, sample: SingleTurnSample | t.Mapping[str, t.Any]) -> AttributionResult:
         """The probe's reading of a sample (computed once; later calls and the other metric reuse it)."""
