@@ -9,6 +9,7 @@ ascp's side of the protocol (ids sent, log-probs read back), not SGLang itself, 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -50,48 +52,71 @@ needs_vllm = pytest.mark.skipif(not VLLM_READY.exists() or embedded_gguf() is No
                                 reason="needs the vLLM server environment (`make vllm`) and the embedded model")
 
 
-@pytest.fixture(scope="module")
-def vllm_server():
-    """(spec, model folder) of a vLLM server on the embedded model, started for this module."""
-    from ascp.lm.resolve import resolve_model_dir
+class VllmServer:
+    """`vllm serve` on the embedded model's safetensors copy, on one port: started, killed, restarted."""
 
-    model_dir = resolve_model_dir("default")  # the safetensors copy of the embedded GGUF
-    port = free_port()
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
-    log = open(Path(model_dir).parent / f"vllm-test-{port}.log", "w")  # noqa: SIM115 - closed at teardown
-    # --no-enable-chunked-prefill: the CPU engine dies when it splits a seeded prompt (docs/engines.md)
-    proc = subprocess.Popen([str(VLLM), "serve", model_dir, "--dtype", "float32", "--max-model-len", "2048",
-                             "--enforce-eager", "--no-enable-chunked-prefill", "--host", "127.0.0.1",
-                             "--port", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 420
-    try:
+    def __init__(self, model_dir: str, port: int) -> None:
+        self.model_dir = model_dir
+        self.url = f"http://127.0.0.1:{port}"
+        self.spec = f"vllm:{self.url}"
+        self.port = port
+        self.proc: subprocess.Popen | None = None
+        self.log_path = Path(model_dir).parent / f"vllm-test-{port}.log"
+
+    def start(self, port: int | None = None) -> None:
+        """Start the server (on `port` instead of its own if given) and wait until it answers."""
+        if port is not None:
+            self.port, self.url, self.spec = port, f"http://127.0.0.1:{port}", f"vllm:http://127.0.0.1:{port}"
+        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
+        with open(self.log_path, "a") as log:
+            # --no-enable-chunked-prefill: the CPU engine dies when it splits a seeded prompt (docs/engines.md)
+            self.proc = subprocess.Popen([str(VLLM), "serve", self.model_dir, "--dtype", "float32", "--max-model-len",
+                                          "2048", "--enforce-eager", "--no-enable-chunked-prefill", "--host",
+                                          "127.0.0.1", "--port", str(self.port)],
+                                         stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        deadline = time.time() + 420
         while True:
             try:
-                with urllib.request.urlopen(url + "/v1/models", timeout=5):
-                    break
+                with urllib.request.urlopen(self.url + "/v1/models", timeout=5):
+                    return
             except OSError:
-                if proc.poll() is not None or time.time() > deadline:
-                    log.flush()
-                    tail = Path(log.name).read_text(errors="replace")[-3000:]
-                    pytest.fail(f"vLLM did not start (exit {proc.poll()}):\n{tail}")
+                if self.proc.poll() is not None or time.time() > deadline:
+                    tail = self.log_path.read_text(errors="replace")[-3000:]
+                    pytest.fail(f"vLLM did not start (exit {self.proc.poll()}):\n{tail}")
                 time.sleep(2)
-        yield f"vllm:{url}", model_dir
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """`sig` to the server's whole process group (API server and engine core), then wait for it."""
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, sig)
         try:
-            proc.wait(timeout=60)
+            self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=60)
+        self.proc = None
+
+
+@pytest.fixture(scope="module")
+def vllm_server():
+    """A vLLM server on the embedded model, started for this module (a test may kill and restart it)."""
+    from ascp.lm.resolve import resolve_model_dir
+
+    server = VllmServer(resolve_model_dir("default"), free_port())  # the safetensors copy of the embedded GGUF
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill(signal.SIGTERM)
 
 
 @pytest.fixture(scope="module")
 def hf_reference(vllm_server):
     from ascp.lm.resolve import load_language_model
 
-    return load_language_model(vllm_server[1], backend="hf", device="cpu")
+    return load_language_model(vllm_server.model_dir, backend="hf", device="cpu")
 
 
 def naive_loo(lm, question: str, passages, response: str) -> np.ndarray:
@@ -114,7 +139,7 @@ def naive_loo(lm, question: str, passages, response: str) -> np.ndarray:
 def test_loo_through_vllm_equals_a_naive_transformers_loo(vllm_server, hf_reference):
     import ascp
 
-    engine = ascp.load_model(vllm_server[0])
+    engine = ascp.load_model(vllm_server.spec)
     assert engine.backend == "vllm" and engine.context_window == 2048
     att = ascp.attribute(QUESTION, PASSAGES, response=RESPONSE, model=engine)
     reference = naive_loo(hf_reference, QUESTION, PASSAGES, RESPONSE)
@@ -130,7 +155,7 @@ def test_generation_through_vllm_is_seeded_per_request(vllm_server):
     import ascp
     from ascp.lm.sampling import SamplingConfig
 
-    engine = ascp.load_model(vllm_server[0])
+    engine = ascp.load_model(vllm_server.spec)
     ids = list(engine.encode_prompt(QUESTION, [ascp.Passage(**p) for p in PASSAGES]).ids)
     config = SamplingConfig(max_new_tokens=16)
     a, b, c = engine.generate([ids, ids, ids], config, [11, 11, 12])
@@ -144,7 +169,7 @@ def test_generation_through_vllm_is_seeded_per_request(vllm_server):
 @pytest.mark.real_model
 @needs_vllm
 def test_ascp_run_end_to_end_through_vllm_and_its_errors(vllm_server, tmp_path):
-    spec = vllm_server[0]
+    spec = vllm_server.spec
     data = tmp_path / "cases.jsonl"
     data.write_text(json.dumps({"id": "q1", "question": QUESTION, "answers": [{"id": "a1", "aliases": ["1889"]}],
                                 "pool": PASSAGES}) + "\n")
@@ -166,6 +191,22 @@ def test_ascp_run_end_to_end_through_vllm_and_its_errors(vllm_server, tmp_path):
     assert not (tmp_path / "r3").exists()
 
 
+def landmark_cases(n: int, passages: int) -> list[dict]:
+    """`n` cases of `passages` passages of about 200 tokens each (2 of them make an ASQA-sized prompt),
+    written for these tests: each passage states different years, so responses differ by context."""
+    facts = ["was built between {y} and {z} for the World's Fair held in the city that year",
+             "was designed by the engineering company of a man born in {y}, who also built bridges",
+             "drew {y} visitors in its first year, and {z} people climbed its stairs in the opening week"]
+    cases = []
+    for i in range(n):
+        pool = [{"id": f"c{i}p{j}", "title": f"Landmark {i}-{j}",
+                 "text": f"Case {i}, record {j}. " + " ".join(f"Landmark {i}-{j} " + facts[(j + m) % 3].format(
+                     y=1800 + 7 * i + m, z=1900 + 3 * j + m) + "." for m in range(7))} for j in range(passages)]
+        cases.append({"id": f"case{i}", "question": f"When was landmark {i} built and who designed it?",
+                      "answers": [[str(1800 + 7 * i)]], "pool": pool})
+    return cases
+
+
 @pytest.mark.real_model
 @needs_vllm
 def test_a_real_runs_concurrent_seeded_rounds_complete_and_keep_their_seeds(vllm_server, tmp_path):
@@ -173,19 +214,10 @@ def test_a_real_runs_concurrent_seeded_rounds_complete_and_keep_their_seeds(vllm
     tokens (2,400 together, more than one 2,048-token engine step), 48 new tokens. With chunked
     prefill the CPU engine splits a seeded prompt across steps and dies rewinding its generator
     ("CPU Generator does not use offset"); the fixture's flags (docs/engines.md) keep prompts whole."""
-    facts = ["was built between {y} and {z} for the World's Fair held in the city that year",
-             "was designed by the engineering company of a man born in {y}, who also built bridges",
-             "drew {y} visitors in its first year, and {z} people climbed its stairs in the opening week"]
-    cases = []
-    for i in range(6):
-        pool = [{"id": f"c{i}p{j}", "title": f"Landmark {i}-{j}",
-                 "text": f"Case {i}, record {j}. " + " ".join(f"Landmark {i}-{j} " + facts[(j + n) % 3].format(
-                     y=1800 + 7 * i + n, z=1900 + 3 * j + n) + "." for n in range(7))} for j in range(2)]
-        cases.append({"id": f"case{i}", "question": f"When was landmark {i} built and who designed it?",
-                      "answers": [[str(1800 + 7 * i)]], "pool": pool})
+    cases = landmark_cases(6, passages=2)
     data = tmp_path / "cases.jsonl"
     data.write_text("".join(json.dumps(case) + "\n" for case in cases))
-    base = [sys.executable, "-m", "ascp.cli", "run", "--data", str(data), "--model", vllm_server[0], "--policy",
+    base = [sys.executable, "-m", "ascp.cli", "run", "--data", str(data), "--model", vllm_server.spec, "--policy",
             "rotate", "--k", "2", "--T", "1", "--max-new-tokens", "48", "--embedder", "hashing"]
     done = subprocess.run([*base, "--out", str(tmp_path / "six")], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -209,9 +241,175 @@ def test_a_prompt_longer_than_the_servers_window_is_one_sentence(vllm_server, tm
     requests.write_text(json.dumps({"id": "r1", "question": QUESTION, "passages": long, "response": "ok"}) + "\n")
     out = tmp_path / "scores.jsonl"
     done = subprocess.run([sys.executable, "-m", "ascp.cli", "attribute", "--input", str(requests), "--out", str(out),
-                           "--model", vllm_server[0]], capture_output=True, text=True)
+                           "--model", vllm_server.spec], capture_output=True, text=True)
     assert done.returncode == 2 and "context window of 2048" in done.stderr and not out.exists()
     assert "Traceback" not in done.stderr
+
+
+def experiment_spec(folder: Path, model: str) -> Path:
+    """12 units: 6 ASQA-sized cases x rotate and ascp (k = 2, T = 2), the 6 cases of a condition in one
+    chunk, so each round sends 6 seeded generations and then 6 probes at once; 48 new tokens."""
+    data = folder / "cases.jsonl"
+    data.write_text("".join(json.dumps(case) + "\n" for case in landmark_cases(6, passages=4)))
+    spec = folder / "spec.json"
+    spec.write_text(json.dumps({"name": "engine-load", "tasks": [{"name": "landmarks", "data": str(data)}],
+                                "models": [{"name": "vllm", "path": model}], "seeds": [0],
+                                "conditions": ["rotate(k=2,T=2)", "ascp(k=2,T=2)"], "embedder": "hashing",
+                                "sampling": {"max_new_tokens": 48}}))
+    return spec
+
+
+def store_rows(folder: Path) -> dict:
+    """(case, condition) -> each round's context, response and scores, from the store's units.jsonl."""
+    rows = {}
+    for line in (folder / "units.jsonl").read_text().splitlines():
+        unit = json.loads(line)
+        key = (unit["case_id"], unit["condition"])
+        assert key not in rows, f"unit {key} stored twice"
+        rows[key] = [(r["context"], r["response"], r["scores"]) for r in unit["rounds"]]
+    return rows
+
+
+def experiment(spec: Path, out: Path) -> subprocess.Popen:
+    """`ascp experiment run SPEC --out OUT` started in a subprocess."""
+    return subprocess.Popen([sys.executable, "-m", "ascp.cli", "experiment", "run", str(spec), "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finished_units(store: Path) -> int:
+    """Whole lines in the store's units.jsonl so far (read while the run appends)."""
+    units = store / "units.jsonl"
+    return units.read_text().count("\n") if units.exists() else 0
+
+
+def same_rows(a: list, b: list) -> bool:
+    """Rounds equal: contexts and responses exactly (same seed, same text), scores within 1e-4 nats per
+    token (the probe's batch neighbours on the server differ between runs)."""
+    return len(a) == len(b) and all(
+        (c1, r1) == (c2, r2) and s1.keys() == s2.keys() and all(abs(s1[d] - s2[d]) < 1e-4 for d in s1)
+        for (c1, r1, s1), (c2, r2, s2) in zip(a, b, strict=True))
+
+
+@pytest.fixture(scope="module")
+def reference_store(vllm_server, tmp_path_factory):
+    """The rows of the 12-unit experiment run uninterrupted through the server."""
+    folder = tmp_path_factory.mktemp("reference")
+    done = experiment(experiment_spec(folder, vllm_server.spec), folder / "store")
+    _, err = done.communicate(timeout=900)
+    assert done.returncode == 0, err
+    return store_rows(folder / "store")
+
+
+@pytest.mark.real_model
+@needs_vllm
+def test_ascp_experiment_run_through_vllm_with_rounds_and_probes_in_flight(reference_store):
+    rows = reference_store
+    assert len(rows) == 12
+    for rounds in rows.values():
+        assert len(rounds) == 2 and all(response and len(scores) == 2 for _, response, scores in rounds)
+    # common random numbers: both policies show the top 2 in round 1, so they get the same sample
+    for case in {c for c, _ in rows}:
+        first = [rounds[0] for (c, _), rounds in rows.items() if c == case]
+        assert same_rows(first[:1], first[1:])
+
+
+class FaultyProxy:
+    """An HTTP proxy in front of a server that cuts chosen POSTs' answers mid-body or answers them HTTP 500."""
+
+    def __init__(self, upstream: str, port: int = 0) -> None:
+        self.upstream = upstream
+        self.faults: dict[int, str] = {}  # POST number (from 1) -> "drop" or "500"
+        self.posts = 0
+        self.injected: list[str] = []
+        proxy, lock = self, threading.Lock()
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                return None
+
+            def _relay(self, body: bytes | None) -> None:
+                fault = None
+                if body is not None:
+                    with lock:
+                        proxy.posts += 1
+                        fault = proxy.faults.pop(proxy.posts, None)
+                if fault == "500":
+                    proxy.injected.append(fault)
+                    self._answer(500, b'{"error": {"message": "Internal Server Error", "code": 500}}')
+                    return
+                req = urllib.request.Request(proxy.upstream + self.path, data=body, method=self.command,
+                                             headers={"Content-Type": "application/json"})
+                try:
+                    with urllib.request.urlopen(req, timeout=600) as resp:
+                        status, data = resp.status, resp.read()
+                except urllib.error.HTTPError as exc:
+                    status, data = exc.code, exc.read()
+                if fault == "drop":  # the whole answer's length announced, half of it sent, then closed
+                    proxy.injected.append(fault)
+                    self._answer(status, data, cut=len(data) // 2)
+                    return
+                self._answer(status, data)
+
+            def _answer(self, status: int, data: bytes, cut: int | None = None) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data if cut is None else data[:cut])
+                self.wfile.flush()
+                self.close_connection = True
+
+            def do_GET(self) -> None:
+                self._relay(None)
+
+            def do_POST(self) -> None:
+                self._relay(self.rfile.read(int(self.headers["Content-Length"])))
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.mark.real_model
+@needs_vllm
+def test_an_experiment_survives_the_server_killed_failing_and_cutting_answers(vllm_server, reference_store, tmp_path):
+    """The real server is killed (SIGKILL) mid-experiment, restarted, then a proxy in front of it cuts one
+    answer mid-body and answers another with HTTP 500: each stop is one sentence saying what happened,
+    the store keeps every finished unit, and the resumed store equals an uninterrupted run's rows."""
+    expected = reference_store
+    store = tmp_path / "store"
+    spec = experiment_spec(tmp_path, vllm_server.spec)
+    run = experiment(spec, store)
+    deadline = time.time() + 600
+    while finished_units(store) < 6:  # rotate's chunk is stored
+        assert run.poll() is None and time.time() < deadline, run.communicate()[1]
+        time.sleep(0.5)
+    vllm_server.kill(signal.SIGKILL)
+    try:
+        _, err = run.communicate(timeout=120)
+        assert run.returncode == 2 and len(err.strip().splitlines()) == 1, err
+        assert f"the engine server at {vllm_server.url} went away during /v1/completions" in err, err
+        assert "check that it serves" not in err and "Traceback" not in err
+        kept = store_rows(store)  # every line whole, no unit twice
+        assert 6 <= len(kept) < 12 and all(same_rows(expected[key], rounds) for key, rounds in kept.items())
+    finally:  # back on another port: the proxy takes the store's URL, so the store resumes as the same spec
+        url = vllm_server.url
+        vllm_server.start(port=free_port())
+    proxy = FaultyProxy(vllm_server.url, port=int(url.rsplit(":", 1)[1]))
+    # POST 1 is the load check; then round 1's 6 generations (one cut mid-body, retried), its probes (one 500)
+    proxy.faults = {3: "drop", 11: "500"}
+    failed = experiment(spec, store)
+    _, err = failed.communicate(timeout=900)
+    assert proxy.injected == ["drop", "500"], proxy.injected
+    assert failed.returncode == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"the engine server at {url} failed on /v1/completions (HTTP 500: " in err, err
+    assert len(store_rows(store)) >= len(kept)
+
+    resumed = experiment(spec, store)
+    _, err = resumed.communicate(timeout=900)
+    assert resumed.returncode == 0, err
+    got = store_rows(store)  # the cut answer was retried, never stored as a short response
+    assert got.keys() == expected.keys() and all(same_rows(expected[key], got[key]) for key in expected)
 
 
 # ----- failure modes without a real server ------------------------------------------------------

@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ascp.errors import AscpError
@@ -92,16 +93,21 @@ def _prompt_options(instruction: object, template: object, system: object) -> No
 
 
 def load_model(spec: str = "default", device: str = "auto", dtype: str = "auto",
-               backend: str = "auto") -> LanguageModel:
+               backend: str = "auto", request_cache: str | Path | None = None) -> LanguageModel:
     """A model by the spec the CLI's `--model` accepts: `default` (the embedded SmolLM2-135M), a
     transformers model folder, a `.gguf` file or a cached hub id. Never downloads.
 
     `backend`: `auto` runs a GGUF file on the CPU with llama.cpp where the `llamacpp` extra is
     installed and with transformers otherwise; `hf` always uses transformers (the exactness
-    reference, and the GPU path); `llamacpp` insists on llama.cpp."""
+    reference, and the GPU path); `llamacpp` insists on llama.cpp.
+
+    `request_cache`: a SQLite file (or `"default"`, `$ASCP_HOME/requests.sqlite`) remembering every
+    generation and scored prompt across runs (`ascp.lm.request_cache`); None computes everything."""
+    from ascp.lm.request_cache import cached_model, resolve_cache_path
     from ascp.lm.resolve import load_language_model
 
-    return load_language_model(spec, device=device, dtype=dtype, backend=backend)
+    lm = load_language_model(spec, device=device, dtype=dtype, backend=backend)
+    return cached_model(lm, resolve_cache_path(request_cache))
 
 
 @functools.lru_cache(maxsize=1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
@@ -118,6 +119,22 @@ def read_template(value: str | None) -> str | None:
         raise AscpError(f"--template {value}: {path} is not UTF-8 text; save the template as UTF-8.") from None
 
 
+RequestCacheOpt = Annotated[
+    str | None,
+    typer.Option("--request-cache", help="Remember every generation and scored prompt in this SQLite file (or "
+                 "'default': $ASCP_HOME/requests.sqlite), so a rerun, an added condition or a resumed run feeds "
+                 "no pass already fed (docs/request-cache.md)."),
+]
+
+
+def cache_summary(lm: object) -> None:
+    """The request cache's line after a run (nothing when the model ran uncached)."""
+    from ascp.lm.request_cache import CachedModel
+
+    if isinstance(lm, CachedModel):
+        err.print(f"request cache {lm.cache.path}: {lm.cache.stats.summary()}", markup=False, highlight=False)
+
+
 ThresholdOpt = Annotated[
     float | None,
     typer.Option("--threshold", help="Fixed 'used' threshold on normalised scores, a number in [0, 1]; default "
@@ -141,6 +158,18 @@ def _params_table(title: str, entries: list[tuple[str, list[tuple[str, str, str,
     return table
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+    """ascp's own warnings as one line on stderr (`warning: ...`); others keep Python's format."""
+    if filename.startswith(str(Path(__file__).resolve().parents[1])):
+        err.print(f"warning: {message}", markup=False, highlight=False, soft_wrap=True)
+    else:
+        _python_showwarning(message, category, filename, lineno, file, line)
+
+
+_python_showwarning = warnings.showwarning
+
+
 def main() -> None:
     """Console-script entry point (typer handles usage errors with exit code 2)."""
+    warnings.showwarning = _one_line_warning
     app()

@@ -10,6 +10,7 @@ import typer
 from ascp.cli.common import (
     EmbedderOpt,
     EmbedderOverrideOpt,
+    RequestCacheOpt,
     _experiment_progress,
     app,
     err,
@@ -36,6 +37,7 @@ def experiment_run(
     cpus_per_worker: Annotated[float, typer.Option("--cpus-per-worker", help="Ray: CPUs per actor.")] = 1.0,
     gpus_per_worker: Annotated[float, typer.Option("--gpus-per-worker", help="Ray: GPUs per actor.")] = 0.0,
     embedder: EmbedderOverrideOpt = None,
+    request_cache: RequestCacheOpt = None,
 ) -> None:
     """Run (or resume) every unit of an experiment spec; finished units are never redone or lost."""
     from ascp.experiments.run import prepare, run_experiment
@@ -52,12 +54,15 @@ def experiment_run(
         try:
             with bar:
                 result = run_experiment(plan.spec, out_dir, executor=executor, workers=workers, address=address,
-                                        progress=progress, plan=plan, on_start=on_start, **options)
+                                        progress=progress, plan=plan, on_start=on_start,
+                                        request_cache=request_cache, **options)
         except KeyboardInterrupt:
             err.print(f"interrupted; finished units are kept in {out_dir}; rerun the same command to resume.")
             raise typer.Exit(130) from None
         err.print(f"wrote {result.written} units; {result.done}/{result.total} done in {out_dir}/units.jsonl",
                   markup=False, highlight=False)
+        if result.request_cache:
+            err.print(result.request_cache, markup=False, highlight=False)
 
 
 @experiment_app.command("status")
@@ -206,6 +211,7 @@ def reproduce_command(
     backend: Annotated[str | None, typer.Option("--backend", help="auto, hf or llamacpp (default: the "
                                                 "preset's, auto).")] = None,
     embedder: EmbedderOverrideOpt = None,
+    request_cache: RequestCacheOpt = None,
 ) -> None:
     """Run a packaged reduction of the paper's experiments, then report which of its signs reproduce."""
     from ascp.report.reproduce import reproduce
@@ -216,11 +222,14 @@ def reproduce_command(
         try:
             with bar:
                 result, report = reproduce(preset, out_dir, data_root, limit, progress=progress, on_start=on_start,
-                                           model=model, backend=backend, embedder=embedder)
+                                           model=model, backend=backend, embedder=embedder,
+                                           request_cache=request_cache)
         except KeyboardInterrupt:
             err.print(f"interrupted; finished units are kept in {out_dir}; rerun the same command to resume.")
             raise typer.Exit(130) from None
         err.print(f"{result.done}/{result.total} units; report: {report.out}/index.html (tables: "
                   f"{', '.join(report.tables)})", markup=False, highlight=False)
+        if result.request_cache:
+            err.print(result.request_cache, markup=False, highlight=False)
 
 

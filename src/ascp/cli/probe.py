@@ -16,6 +16,7 @@ from ascp.cli.common import (
     ModelOpt,
     OutOpt,
     ProxyEmbedderOpt,
+    RequestCacheOpt,
     SeedOpt,
     SystemOpt,
     TemplateOpt,
@@ -23,6 +24,7 @@ from ascp.cli.common import (
     _params_table,
     _progress,
     app,
+    cache_summary,
     err,
     out,
     read_template,
@@ -35,7 +37,7 @@ def run_attribution(
     input_path: Path, estimator_name: str, model: str, seed: int, out_path: Path | None,
     max_new_tokens: int, temperature: float, top_p: float, threshold: float | None,
     instruction: str, device: str, show: bool, html_path: Path | None = None, template: str | None = None,
-    system: str = "", backend: str = "auto", embedder: str | None = None,
+    system: str = "", backend: str = "auto", embedder: str | None = None, request_cache: str | None = None,
 ) -> None:
     from ascp.api import Probe, load_model
     from ascp.attribution.requests import load_requests
@@ -54,7 +56,8 @@ def run_attribution(
         if target is not None and not target.parent.exists():
             raise AscpError(f"output folder {target.parent} does not exist; create it first.")
     with err.status(f"loading model {model!r}"):
-        probe = Probe(load_model(model, device=device, backend=backend), estimator_name, **settings)
+        probe = Probe(load_model(model, device=device, backend=backend, request_cache=request_cache), estimator_name,
+                      **settings)
     with _progress() as bar:
         free = sum(r.response is None for r in requests)
         gen_task = bar.add_task("generating responses", total=free) if free else None
@@ -76,6 +79,7 @@ def run_attribution(
         from ascp.render.console import print_results
 
         print_results(out, requests, results)
+    cache_summary(probe.model)
 
 
 
@@ -112,11 +116,13 @@ def attribute(
     template: TemplateOpt = None,
     system: SystemOpt = "",
     embedder: ProxyEmbedderOpt = None,
+    request_cache: RequestCacheOpt = None,
 ) -> None:
     """Score how much a fixed (or freshly generated) response relied on each passage."""
     with user_errors():
         run_attribution(input, estimator, model, seed, out_path, max_new_tokens, temperature, top_p,
-                        threshold, instruction, device, show, html, template, system, backend, embedder)
+                        threshold, instruction, device, show, html, template, system, backend, embedder,
+                        request_cache)
 
 
 

@@ -16,6 +16,7 @@ from ascp.cli.common import (
     EstimatorOpt,
     KOpt,
     ModelOpt,
+    RequestCacheOpt,
     SeedOpt,
     SystemOpt,
     TemplateOpt,
@@ -23,6 +24,7 @@ from ascp.cli.common import (
     _params_table,
     _progress,
     app,
+    cache_summary,
     err,
     out,
     read_template,
@@ -45,7 +47,7 @@ def _validate_run_args(policy: str, k: int, T: int, estimator: str) -> None:
 def execute_run(
     cases, policy: str, k: int, T: int, model: str, estimator: str, seed: int, max_new_tokens: int,
     device: str, lm=None, steer=None, template: str | None = None, system: str = "", backend: str = "auto",
-    matcher=None, embed_fn=None,
+    matcher=None, embed_fn=None, request_cache: str | None = None,
 ):
     """Run one policy over loaded cases with a progress bar; returns (portfolios, case rows, lm).
 
@@ -62,7 +64,7 @@ def execute_run(
     require_matcher(cases, matcher is not None)  # before the model loads
     if lm is None:
         with err.status(f"loading model {model!r}"):
-            lm = load_model(model, device=device, backend=backend)
+            lm = load_model(model, device=device, backend=backend, request_cache=request_cache)
     with _progress() as bar:
         task = bar.add_task(f"{policy} k={k} T={T}", total=len(cases) * T)
         portfolios = run_portfolios(cases, policy=policy, k=k, T=T, model=lm, estimator=estimator, seed=seed,
@@ -113,6 +115,7 @@ def run(
     alce_out: Annotated[Path | None, typer.Option("--alce-out", help="Also write the portfolios in ALCE's result "
                                                   "format into this folder (<task>-round<t>.json and "
                                                   "<task>-portfolio.json, for ALCE's eval.py; docs/alce.md).")] = None,
+    request_cache: RequestCacheOpt = None,
 ) -> None:
     """Run T rounds of one scheduling policy on every case and write the portfolio with its metrics."""
     with user_errors():
@@ -157,7 +160,7 @@ def run(
                 matcher = load_nli_matcher(nli_model, device=device)
         portfolios, rows, lm = execute_run(cases, policy, k, T, model, estimator, seed, max_new_tokens, device,
                                           steer=steer_config, template=prompt, system=system, backend=backend,
-                                          matcher=matcher, embed_fn=embed_fn)
+                                          matcher=matcher, embed_fn=embed_fn, request_cache=request_cache)
         run_config = {"data": str(data), "format": format, "rank_by": rank_by, "order": order, "embedder": embedder,
                       "policy": policy, "k": k, "T": T,
                       "model": model, "backend": backend_name(lm), "estimator": estimator, "seed": seed, "limit": limit,
@@ -173,6 +176,7 @@ def run(
         summary = write_run(out_dir, cases, portfolios, rows, run_config)
         out.print(summary_table({policy: summary["mean"]}, title=f"{data.name}: {len(rows)} cases, k={k}, T={T}"))
         err.print(f"wrote {out_dir}/rounds.jsonl, cases.jsonl, summary.json")
+        cache_summary(lm)
         if alce_out is not None and alce is not None:
             written = write_alce(alce_out, alce)
             err.print(f"wrote {len(written)} ALCE result files into {alce_out}", markup=False, highlight=False)

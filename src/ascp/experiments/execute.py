@@ -47,7 +47,9 @@ def load_matcher(settings: Settings) -> Matcher | None:
     return load_nli_matcher(settings.nli_model, device=settings.device, where="spec field nli_model:")
 
 
-def load_model(model_source: str, device: str, backend: str = "auto"):
+def load_model(model_source: str, device: str, backend: str = "auto", request_cache: str | None = None):
+    """The model of a unit, behind the request cache file `request_cache` when one is given."""
+    from ascp.lm.request_cache import cached_model
     from ascp.lm.resolve import load_language_model
 
-    return load_language_model(model_source, device=device, backend=backend)
+    return cached_model(load_language_model(model_source, device=device, backend=backend), request_cache)

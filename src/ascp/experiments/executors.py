@@ -19,6 +19,7 @@ from ascp.experiments.execute import load_matcher, load_model, run_chunk
 from ascp.experiments.plan import Chunk
 from ascp.experiments.spec import Settings
 from ascp.experiments.store import RunStore
+from ascp.lm.request_cache import CachedModel, CacheStats
 
 EXECUTORS = ("local", "ray")
 Progress = Callable[[int, int], None]  # (rounds finished, units written)
@@ -30,19 +31,25 @@ def _quiet(*_: int) -> None:
 
 
 def run_local(chunks: Sequence[Chunk], store: RunStore, embed_fn: EmbedFn | None = None,
-              progress: Progress | None = None) -> None:
+              progress: Progress | None = None, request_cache: str | None = None) -> CacheStats | None:
+    """Run the chunks in this process; returns what the request cache saved (None: no cache in use)."""
     progress = progress or _quiet
+    saved: CacheStats | None = None
     matcher = load_matcher(chunks[0].settings) if chunks else None  # the settings are the spec's: one matcher
     for model, grouped in itertools.groupby(chunks, key=lambda c: c.model):
         group = list(grouped)
         settings = group[0].settings
         embed = MemoEmbedder(embed_fn or resolve_embedder(settings.embedder))
-        lm = load_model(model.source, settings.device, settings.backend)
+        lm = load_model(model.source, settings.device, settings.backend, request_cache)
         for chunk in group:
             records = run_chunk(lm, chunk, embed, progress=lambda n: progress(n, 0), matcher=matcher)
             progress(0, sum(store.write(r) for r in records))
+        if isinstance(lm, CachedModel):
+            saved = lm.cache.stats if saved is None else saved.add(lm.cache.stats)
+            lm.cache.close()
         del lm
         gc.collect()
+    return saved
 
 
 def import_ray():
@@ -58,11 +65,11 @@ class ChunkWorker:
     """A Ray actor body: holds one model and claim matcher (loaded once) and runs the chunks it is sent."""
 
     def __init__(self, model_source: str, device: str, embedder: str, embed_fn: EmbedFn | None = None,
-                 backend: str = "auto", settings: Settings | None = None) -> None:
+                 backend: str = "auto", settings: Settings | None = None, request_cache: str | None = None) -> None:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         self.error: str | None = None  # a user error while loading, re-raised by run() as a task error
         try:
-            self.lm = load_model(model_source, device, backend)
+            self.lm = load_model(model_source, device, backend, request_cache)
             self.embed = MemoEmbedder(embed_fn or resolve_embedder(embedder))
             self.matcher = load_matcher(settings) if settings is not None else None
         except AscpError as exc:
@@ -76,7 +83,7 @@ class ChunkWorker:
 
 def run_ray(chunks: Sequence[Chunk], store: RunStore, workers: int = 1, address: str | None = None,
             embed_fn: EmbedFn | None = None, progress: Progress | None = None,
-            cpus_per_worker: float = 1, gpus_per_worker: float = 0) -> None:
+            cpus_per_worker: float = 1, gpus_per_worker: float = 0, request_cache: str | None = None) -> None:
     """Run chunks on Ray actors: `workers` actors per model. Uses the Ray session already
     initialised in this process if any, else joins `address`, else starts a local cluster."""
     ray = import_ray()
@@ -100,7 +107,7 @@ def run_ray(chunks: Sequence[Chunk], store: RunStore, workers: int = 1, address:
             # a model served by several engines: the workers take its servers in turn
             sources = model.sources
             actors = [remote.remote(sources[i % len(sources)], settings.device, settings.embedder, embed_fn,
-                                    settings.backend, settings)
+                                    settings.backend, settings, request_cache)
                       for i in range(max(1, min(workers, len(group))))]
             try:
                 pool = ActorPool(actors)

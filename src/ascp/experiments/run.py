@@ -23,6 +23,7 @@ class RunResult:
     done: int  # units in the store after this run
     written: int  # units this run wrote
     pending_rounds: int  # rounds this run had to execute
+    request_cache: str | None = None  # what the request cache saved (local executor), as a sentence
 
 
 def prepare(spec: ExperimentSpec | str | Path, executor: str = "local", workers: int = 1,
@@ -58,13 +59,20 @@ def run_experiment(
     progress: Progress | None = None,
     plan: Plan | None = None,
     on_start: Any = None,
+    request_cache: str | Path | None = None,
     **ray_options: Any,
 ) -> RunResult:
     """Run (or resume) every unit of `spec` into the store folder `out`.
 
     `embed_fn` replaces the spec's embedder (tests); `progress(rounds, units)` is called as work
-    finishes; `on_start(pending_rounds, done, total)` once the store is open.
+    finishes; `on_start(pending_rounds, done, total)` once the store is open; `request_cache`: a
+    SQLite file (or `"default"`) that every worker reads and fills (`ascp.lm.request_cache`), so a
+    rerun, an added condition or a resumed crash feeds no pass already fed.
     """
+    from ascp.lm.request_cache import resolve_cache_path
+
+    cache = resolve_cache_path(request_cache)
+    cache_path = None if cache is None else str(cache)
     plan = plan or prepare(spec, executor, workers)
     out = Path(out)
     with RunStore(out) as store:
@@ -74,12 +82,14 @@ def run_experiment(
         rounds = sum(chunk.rounds for chunk in pending)
         if on_start is not None:
             on_start(rounds, before, plan.total)
+        saved = None
         if pending and executor == "local":
-            run_local(pending, store, embed_fn=embed_fn, progress=progress)
+            saved = run_local(pending, store, embed_fn=embed_fn, progress=progress, request_cache=cache_path)
         elif pending:
             run_ray(pending, store, workers=workers, address=address, embed_fn=embed_fn, progress=progress,
-                    **ray_options)
-        return RunResult(out, plan.total, len(store.done), len(store.done) - before, rounds)
+                    request_cache=cache_path, **ray_options)
+        return RunResult(out, plan.total, len(store.done), len(store.done) - before, rounds,
+                         None if saved is None else f"request cache {cache_path}: {saved.summary()}")
 
 
 def status(directory: str | Path) -> dict[str, Any]:

@@ -54,7 +54,7 @@ def default_data_root() -> Path:
 
 
 def preset_spec(name: str, data_root: Path, limit: int | None = None, model: str | None = None,
-                backend: str | None = None, embedder: str | None = None):
+                backend: str | None = None, embedder: str | None = None, request_cache: str | None = None):
     """The preset's `ExperimentSpec`, its data paths resolved under `data_root` (checked to exist);
     `model` replaces the preset's generator (a model spec as `--model` takes), `backend` its backend,
     `embedder` its embedder (a name or folder as `--embedder` takes)."""
@@ -95,7 +95,7 @@ def preset_spec(name: str, data_root: Path, limit: int | None = None, model: str
 
 def reproduce(name: str, out: str | Path, data_root: str | Path | None = None, limit: int | None = None,
               progress=None, on_start=None, n_boot: int = 10_000, model: str | None = None,
-              backend: str | None = None, embedder: str | None = None):
+              backend: str | None = None, embedder: str | None = None, request_cache: str | None = None):
     """Run (or resume) the preset into `out`, then write `out/report` with the paper's signs checked."""
     from ascp.experiments.run import prepare, run_experiment
     from ascp.experiments.store import check_out_location
@@ -105,7 +105,7 @@ def reproduce(name: str, out: str | Path, data_root: str | Path | None = None, l
     root = Path(data_root) if data_root is not None else default_data_root()
     spec = preset_spec(name, root, limit, model=model, backend=backend, embedder=embedder)
     plan = prepare(spec)
-    result = run_experiment(spec, out, plan=plan, progress=progress, on_start=on_start)
+    result = run_experiment(spec, out, plan=plan, progress=progress, on_start=on_start, request_cache=request_cache)
     report = write_report(out, n_boot=n_boot, claims=PRESET_CLAIMS[name],
                           title=f"ascp reproduce --preset {name}")
     return result, report

@@ -1,0 +1,355 @@
+"""The one request cache: generations and teacher-forced scores remembered across runs.
+
+`cached_model(lm, path)` wraps any model of the seam so that each `generate` row and each `score`
+row is looked up in a SQLite file before it is computed, and stored after. A row's key is a hash
+of everything that determines its value:
+
+* the model's fingerprint (`model_fingerprint`: backend, dtype and device, the config, the weight
+  files' names, sizes and modification times, or a digest of the parameters of a model held only
+  in memory; an engine's served model and tokenizer) and ascp's cache schema;
+* generation: the prompt's token ids, the sampling settings and the row's seed;
+* scoring: the prompt's and the response's token ids.
+
+So re-running an experiment, adding a condition (round 1 is the top k for most policies, with the
+same seeds: common random numbers), re-reporting or resuming after a crash feeds nothing already
+fed. Each stored value carries a digest of its key and bytes; an entry that fails it (a damaged
+file, a row copied under another key) is deleted and computed again, never returned.
+
+What a hit returns is what the model returned when the row was first computed. Rows are computed
+in the batches of the run that first asked for them; a backend whose numbers move in the last bit
+with their batch neighbours (transformers' batched sampling and scoring, the engines' servers) can
+therefore differ from an uncached run by that much, as two uncached runs with other batch sizes
+do. Steered decoding (`generate_streams`) and `reuse_prefix=False` (the naive reference) are
+passed through uncached.
+
+One file serves many processes at once (SQLite's write-ahead log; Ray workers on one machine); a
+file on a network file system may not be safe (SQLite's own caveat). A file that cannot be opened
+or written (read-only, full, damaged, written by another schema) gives one warning sentence and the
+run goes on without the cache: the cache never changes a number and never stops a run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, astuple, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ascp.lm.protocol import LanguageModel, ScoredPrompts, SteerableModel
+from ascp.lm.sampling import Generation, SamplingConfig
+
+__all__ = ["CacheStats", "CachedModel", "RequestCache", "cached_model", "default_cache_path", "model_fingerprint",
+           "resolve_cache_path"]
+
+SCHEMA = "1"
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+
+
+def default_cache_path() -> Path:
+    """`$ASCP_HOME/requests.sqlite`: the file `--request-cache default` names."""
+    from ascp.paths import ascp_home
+
+    return ascp_home() / "requests.sqlite"
+
+
+def resolve_cache_path(value: str | Path | None) -> Path | None:
+    """The cache file `--request-cache VALUE` names: None (off), `default`, a file, or a folder to
+    hold `requests.sqlite`."""
+    if value is None:
+        return None
+    if str(value) == "default":
+        return default_cache_path()
+    path = Path(value).expanduser()
+    return path / "requests.sqlite" if path.is_dir() else path
+
+
+def _files_identity(paths: Sequence[Path]) -> list[tuple[str, int, int]]:
+    out = []
+    for path in sorted(paths):
+        stat = path.stat()
+        out.append((str(path.resolve()), stat.st_size, stat.st_mtime_ns))
+    return out
+
+
+def _parameter_digest(module: Any) -> str:
+    """A digest of every parameter's name, shape, dtype and values (for a model held only in memory)."""
+    digest = hashlib.blake2b(digest_size=16)
+    for name, tensor in module.state_dict().items():
+        flat = tensor.detach().reshape(-1).to("cpu")
+        digest.update(f"{name}|{tuple(tensor.shape)}|{tensor.dtype}|".encode())
+        digest.update(flat.float().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def model_fingerprint(lm: Any) -> str | None:
+    """What identifies a model's numbers, as a hash; None when ascp cannot tell (no cache then).
+
+    A model of one's own gives a `fingerprint` attribute (a string that changes whenever its
+    numbers would); the built-in backends are fingerprinted here.
+    """
+    own = getattr(lm, "fingerprint", None)
+    parts: dict[str, Any]
+    if isinstance(own, str) and own:
+        parts = {"own": own, "class": type(lm).__qualname__}
+    elif getattr(lm, "backend", None) == "hf" and hasattr(lm, "model"):
+        model = lm.model
+        first = next(iter(model.parameters()))
+        source = Path(str(getattr(model.config, "_name_or_path", "") or ""))
+        weights = [p for p in source.iterdir() if p.suffix in WEIGHT_SUFFIXES] if source.is_dir() else []
+        parts = {"backend": "hf", "dtype": str(first.dtype), "device": first.device.type,
+                 "config": model.config.to_json_string(use_diff=False),
+                 "weights": _files_identity(weights) if weights else _parameter_digest(model)}
+    elif getattr(lm, "backend", None) == "llamacpp" and hasattr(lm, "gguf"):
+        parts = {"backend": "llamacpp", "weights": lm.weights, "file": _files_identity([Path(lm.gguf)])}
+    elif getattr(lm, "backend", None) in ("vllm", "sglang") and hasattr(lm, "served"):
+        vocab = json.dumps(sorted(lm.tokenizer.get_vocab().items())).encode()
+        parts = {"backend": lm.backend, "served": lm.served, "window": lm.context_window,
+                 "tokenizer": hashlib.blake2b(vocab, digest_size=16).hexdigest()}
+    else:
+        return None
+    blob = json.dumps({"schema": SCHEMA, **parts}, sort_keys=True, default=str).encode()
+    return hashlib.blake2b(blob, digest_size=20).hexdigest()
+
+
+@dataclass
+class CacheStats:
+    """What the cache saved in this process: rows answered from it, rows computed, tokens not fed."""
+
+    generation_hits: int = 0
+    generation_misses: int = 0
+    score_hits: int = 0
+    score_misses: int = 0
+    tokens_saved: int = 0  # prompt (+ response) tokens of the rows answered from the cache
+    discarded: int = 0  # entries that failed their digest and were computed again
+
+    def add(self, other: CacheStats) -> CacheStats:
+        return CacheStats(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
+
+    def summary(self) -> str:
+        return (f"{self.generation_hits} of {self.generation_hits + self.generation_misses} generations and "
+                f"{self.score_hits} of {self.score_hits + self.score_misses} scored prompts answered from the "
+                f"cache ({self.tokens_saved:,} tokens not fed)")
+
+
+class RequestCache:
+    """A SQLite file of (key -> value, digest) rows; unusable files turn it off with one warning."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path).expanduser()
+        self.stats = CacheStats()
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            db.execute("CREATE TABLE IF NOT EXISTS rows (key BLOB PRIMARY KEY, value BLOB NOT NULL, "
+                       "digest BLOB NOT NULL)")
+            db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA,))
+            schema = db.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone()[0]
+        except (sqlite3.Error, OSError) as exc:
+            self._off(exc)
+            return
+        if schema != SCHEMA:
+            db.close()
+            self._off(f"it was written by another ascp version (cache schema {schema}, this one reads {SCHEMA}); "
+                      "pass another --request-cache file")
+            return
+        self._db = db
+
+    @property
+    def enabled(self) -> bool:
+        return self._db is not None
+
+    def _off(self, why: str | BaseException) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        reason = why if isinstance(why, str) else _reason(why)
+        warnings.warn(f"request cache {self.path}: {reason}; running without it (nothing computed is reused).",
+                      stacklevel=3)
+
+    @staticmethod
+    def _digest(key: bytes, value: bytes) -> bytes:
+        return hashlib.blake2b(key + b"\0" + value, digest_size=16).digest()
+
+    def get_many(self, keys: Sequence[bytes]) -> dict[bytes, bytes]:
+        """The stored values of those `keys` that are present and whole (damaged ones are deleted)."""
+        if self._db is None or not keys:
+            return {}
+        found: dict[bytes, bytes] = {}
+        bad: list[bytes] = []
+        with self._lock:
+            try:
+                for start in range(0, len(keys), 500):  # SQLite's bound-parameter limit
+                    part = list(keys[start:start + 500])
+                    marks = ",".join("?" * len(part))
+                    for key, value, digest in self._db.execute(
+                            f"SELECT key, value, digest FROM rows WHERE key IN ({marks})", part):
+                        key, value = bytes(key), bytes(value)
+                        if self._digest(key, value) == bytes(digest):
+                            found[key] = value
+                        else:
+                            bad.append(key)
+                if bad:
+                    self._db.executemany("DELETE FROM rows WHERE key = ?", [(k,) for k in bad])
+            except sqlite3.Error as exc:
+                self._off(exc)
+                return {}
+        self.stats.discarded += len(bad)
+        return found
+
+    def put_many(self, items: Sequence[tuple[bytes, bytes]]) -> None:
+        if self._db is None or not items:
+            return
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                self._db.executemany("INSERT OR REPLACE INTO rows VALUES (?, ?, ?)",
+                                     [(k, v, self._digest(k, v)) for k, v in items])
+                self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if self._db is not None and self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                self._off(exc)
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).rstrip(".")
+    if "full" in text:
+        return "the disk is full"
+    if "readonly" in text or "read-only" in text or isinstance(exc, PermissionError):
+        return "it cannot be written (read-only)"
+    if "not a database" in text or "malformed" in text:
+        return "it is damaged (not a SQLite database)"
+    return f"it cannot be used ({text})"
+
+
+def _key(*parts: Any) -> bytes:
+    return hashlib.blake2b(json.dumps(parts, separators=(",", ":")).encode(), digest_size=20).digest()
+
+
+def _encode_generation(gen: Generation) -> bytes:
+    return json.dumps({"ids": list(gen.token_ids), "text": gen.text, "finished": gen.finished}).encode()
+
+
+def _decode_generation(value: bytes) -> Generation | None:
+    try:
+        raw = json.loads(value)
+        ids = tuple(int(t) for t in raw["ids"])
+        return Generation(token_ids=ids, text=str(raw["text"]), finished=bool(raw["finished"]))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+class CachedModel:
+    """`lm` with its `generate` and `score` rows answered from a `RequestCache` where it holds them.
+
+    Everything else (tokenization, the window check, `in_flight`, `close`, ...) is `lm`'s own.
+    """
+
+    def __init__(self, lm: LanguageModel, cache: RequestCache, fingerprint: str) -> None:
+        self.lm = lm
+        self.cache = cache
+        self.fingerprint = fingerprint
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.lm, name)
+
+    @property
+    def context_window(self) -> int:
+        return self.lm.context_window
+
+    def generate(self, prompts: Sequence[Sequence[int]], config: SamplingConfig, seeds: Sequence[int],
+                 batch_size: int = 8, on_batch: Callable[[int], None] | None = None) -> list[Generation]:
+        settings = asdict(config)
+        keys = [_key("generate", self.fingerprint, list(map(int, p)), settings, int(s))
+                for p, s in zip(prompts, seeds, strict=True)]
+        found = self.cache.get_many(keys)
+        out: list[Generation | None] = [None] * len(prompts)
+        for i, key in enumerate(keys):
+            if key in found:
+                out[i] = _decode_generation(found[key])
+        todo = [i for i, gen in enumerate(out) if gen is None]
+        hits = len(prompts) - len(todo)
+        self.cache.stats.generation_hits += hits
+        self.cache.stats.generation_misses += len(todo)
+        self.cache.stats.tokens_saved += sum(len(prompts[i]) for i, gen in enumerate(out) if gen is not None)
+        if hits and on_batch is not None:
+            on_batch(hits)
+        if todo:
+            fresh = self.lm.generate([prompts[i] for i in todo], config, [seeds[i] for i in todo], batch_size,
+                                     on_batch)
+            for i, gen in zip(todo, fresh, strict=True):
+                out[i] = gen
+            self.cache.put_many([(keys[i], _encode_generation(gen)) for i, gen in zip(todo, fresh, strict=True)])
+        return [gen for gen in out if gen is not None]
+
+    def score(self, prompts: Sequence[Sequence[int]], response: Sequence[int],
+              reuse_prefix: bool = True) -> ScoredPrompts:
+        if not reuse_prefix:  # the naive reference asks for fresh passes
+            return self.lm.score(prompts, response, reuse_prefix=False)
+        resp = list(map(int, response))
+        keys = [_key("score", self.fingerprint, list(map(int, p)), resp) for p in prompts]
+        found = self.cache.get_many(keys)
+        rows: list[np.ndarray | None] = [None] * len(prompts)
+        for i, key in enumerate(keys):
+            value = found.get(key)
+            if value is not None and len(value) == 8 * len(resp):
+                rows[i] = np.frombuffer(value, dtype="<f8").copy()
+        todo = [i for i, row in enumerate(rows) if row is None]
+        self.cache.stats.score_hits += len(prompts) - len(todo)
+        self.cache.stats.score_misses += len(todo)
+        self.cache.stats.tokens_saved += sum(len(prompts[i]) + len(resp) for i, row in enumerate(rows)
+                                             if row is not None)
+        fed = 0
+        if todo:
+            scored = self.lm.score([prompts[i] for i in todo], resp)
+            fed = scored.tokens_processed
+            for i, row in zip(todo, scored.logprobs, strict=True):
+                rows[i] = np.asarray(row, dtype=np.float64)
+            self.cache.put_many([(keys[i], np.asarray(rows[i], dtype="<f8").tobytes()) for i in todo])
+        return ScoredPrompts(tuple(row for row in rows if row is not None), fed)
+
+    def close(self) -> None:
+        self.cache.close()
+        close = getattr(self.lm, "close", None)
+        if callable(close):
+            close()
+
+
+class CachedSteerableModel(CachedModel):
+    """A `CachedModel` of a model that steers: its lockstep streams are decoded uncached."""
+
+    def generate_streams(self, *args: Any, **kwargs: Any) -> list[Generation]:
+        return self.lm.generate_streams(*args, **kwargs)  # type: ignore[attr-defined]
+
+
+def cached_model(lm: LanguageModel, path: str | Path | None) -> LanguageModel:
+    """`lm` behind the request cache in `path` (None: `lm` itself). A model ascp cannot fingerprint,
+    or a file it cannot use, gives one warning and `lm` runs uncached."""
+    if path is None:
+        return lm
+    fingerprint = model_fingerprint(lm)
+    if fingerprint is None:
+        warnings.warn(f"request cache {path}: ascp cannot tell model {getattr(lm, 'name', lm)!r} apart from others "
+                      "(give it a `fingerprint` attribute); running without the cache.", stacklevel=2)
+        return lm
+    cache = RequestCache(path)
+    if not cache.enabled:
+        return lm
+    wrapper = CachedSteerableModel if isinstance(lm, SteerableModel) else CachedModel
+    return wrapper(lm, cache, fingerprint)
