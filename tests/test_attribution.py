@@ -36,8 +36,8 @@ def forward_mean_logprob(lm, prompt_ids, response_ids) -> float:
 def test_hierarchical_with_singleton_groups_equals_loo(tiny_lm, random_item, k):
     item = random_item(tiny_lm, k, seed=50 + k)
     hier = HierarchicalLOO(group_size=1).score(tiny_lm, item).values
-    loo = LeaveOneOut().score(tiny_lm, item).values
-    np.testing.assert_array_equal(hier, loo)
+    loo = LeaveOneOut().score(tiny_lm, item).values  # its prompts' sides come from the prefix store
+    np.testing.assert_allclose(hier, loo, rtol=0, atol=1e-6)  # equal up to floating-point reassociation
 
 
 def test_hierarchical_groups_partition_the_context():
@@ -81,8 +81,8 @@ def test_hierarchical_default_refines_the_top_groups(tiny_lm, random_item):
 # ----- replacement ----------------------------------------------------------------------------
 def test_replace_with_empty_filler_equals_loo(tiny_lm, random_item):
     item = random_item(tiny_lm, 5, seed=70)
-    np.testing.assert_array_equal(Replacement(filler="").score(tiny_lm, item).values,
-                                  LeaveOneOut().score(tiny_lm, item).values)
+    np.testing.assert_allclose(Replacement(filler="").score(tiny_lm, item).values,
+                               LeaveOneOut().score(tiny_lm, item).values, rtol=0, atol=1e-6)  # prefix store
 
 
 def replaced_prompt_ids(lm, item, index: int, filler: str) -> list[int]:

@@ -25,6 +25,7 @@ from ascp.embed.embedders import embedded_minilm_dir
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
 from ascp.lm.hf import HFLanguageModel
+from ascp.lm.prefixes import PrefixEntry
 from ascp.lm.resolve import embedded_gguf
 from ascp.lm.tiny import CHATML
 from ascp.types import Passage
@@ -136,6 +137,14 @@ class RecordingLM(HFLanguageModel):
 
     def new_cache(self) -> ListCache:
         return ListCache()
+
+    def snapshot_cache(self, cache: ListCache, n: int) -> PrefixEntry:  # the prefix store holds the ids
+        return PrefixEntry(tuple(cache.ids[:n]), n, n)
+
+    def cache_from(self, entry: PrefixEntry) -> ListCache:
+        cache = ListCache()
+        cache.ids = list(entry.state)
+        return cache
 
 
 def recording_lm(tokenizer) -> RecordingLM:

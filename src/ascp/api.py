@@ -93,7 +93,8 @@ def _prompt_options(instruction: object, template: object, system: object) -> No
 
 
 def load_model(spec: str = "default", device: str = "auto", dtype: str = "auto",
-               backend: str = "auto", request_cache: str | Path | None = None) -> LanguageModel:
+               backend: str = "auto", request_cache: str | Path | None = None,
+               prefix_cache_mb: float | None = None) -> LanguageModel:
     """A model by the spec the CLI's `--model` accepts: `default` (the embedded SmolLM2-135M), a
     transformers model folder, a `.gguf` file or a cached hub id. Never downloads.
 
@@ -102,11 +103,17 @@ def load_model(spec: str = "default", device: str = "auto", dtype: str = "auto",
     reference, and the GPU path); `llamacpp` insists on llama.cpp.
 
     `request_cache`: a SQLite file (or `"default"`, `$ASCP_HOME/requests.sqlite`) remembering every
-    generation and scored prompt across runs (`ascp.lm.request_cache`); None computes everything."""
+    generation and scored prompt across runs (`ascp.lm.request_cache`); None computes everything.
+    `prefix_cache_mb`: the megabytes of prompt keys and values kept for reuse within the process
+    (`ascp.lm.prefixes`; 0: none; None: `$ASCP_PREFIX_CACHE_MB`, default 2048)."""
+    from ascp.lm.prefixes import check_megabytes, configure_prefixes
     from ascp.lm.request_cache import cached_model, resolve_cache_path
     from ascp.lm.resolve import load_language_model
 
+    if prefix_cache_mb is not None:
+        check_megabytes(prefix_cache_mb, "prefix_cache_mb")
     lm = load_language_model(spec, device=device, dtype=dtype, backend=backend)
+    configure_prefixes(lm, prefix_cache_mb)
     return cached_model(lm, resolve_cache_path(request_cache))
 
 
@@ -192,6 +199,9 @@ class Probe:
             raise AscpError(f"requests must be a list of request dicts or ascp.AttributionRequest, not "
                             f"{_kind(requests)}.")
         parsed = [_as_request(i, r) for i, r in enumerate(requests)]
+        from ascp.lm.prefixes import fresh_prefixes
+
+        fresh_prefixes(model)  # requests of one context share its prompts within this call only
         items = prepare_inputs(model, parsed, self.config, progress=on_generated)
         results = []
         for request, item in zip(parsed, items, strict=True):

@@ -127,12 +127,23 @@ RequestCacheOpt = Annotated[
 ]
 
 
+PrefixCacheOpt = Annotated[
+    float | None,
+    typer.Option("--prefix-cache-mb", help="Megabytes of prompt keys and values kept for reuse in this run (a "
+                 "prompt prefilled once for every round, policy and probe that shows it; 0: none; default "
+                 "$ASCP_PREFIX_CACHE_MB or 2048)."),
+]
+
+
 def cache_summary(lm: object) -> None:
-    """The request cache's line after a run (nothing when the model ran uncached)."""
+    """What the request cache and the prefix store saved, one line each, after a run."""
     from ascp.lm.request_cache import CachedModel
 
     if isinstance(lm, CachedModel):
         err.print(f"request cache {lm.cache.path}: {lm.cache.stats.summary()}", markup=False, highlight=False)
+    store = getattr(lm, "prefixes", None)
+    if store is not None and (store.stats.hits or store.stats.misses):
+        err.print(store.stats.summary(), markup=False, highlight=False)
 
 
 ThresholdOpt = Annotated[

@@ -10,6 +10,7 @@ import typer
 from ascp.cli.common import (
     EmbedderOpt,
     EmbedderOverrideOpt,
+    PrefixCacheOpt,
     RequestCacheOpt,
     _experiment_progress,
     app,
@@ -38,6 +39,7 @@ def experiment_run(
     gpus_per_worker: Annotated[float, typer.Option("--gpus-per-worker", help="Ray: GPUs per actor.")] = 0.0,
     embedder: EmbedderOverrideOpt = None,
     request_cache: RequestCacheOpt = None,
+    prefix_cache_mb: PrefixCacheOpt = None,
 ) -> None:
     """Run (or resume) every unit of an experiment spec; finished units are never redone or lost."""
     from ascp.experiments.run import prepare, run_experiment
@@ -45,7 +47,7 @@ def experiment_run(
 
     with user_errors():
         check_out_location(out_dir)
-        plan = prepare(spec, executor, workers, embedder=embedder)
+        plan = prepare(spec, executor, workers, embedder=embedder, prefix_cache_mb=prefix_cache_mb)
         options: dict[str, Any] = (
             {"cpus_per_worker": cpus_per_worker, "gpus_per_worker": gpus_per_worker} if executor == "ray" else {}
         )
@@ -61,8 +63,8 @@ def experiment_run(
             raise typer.Exit(130) from None
         err.print(f"wrote {result.written} units; {result.done}/{result.total} done in {out_dir}/units.jsonl",
                   markup=False, highlight=False)
-        if result.request_cache:
-            err.print(result.request_cache, markup=False, highlight=False)
+        for line in result.savings:
+            err.print(line, markup=False, highlight=False)
 
 
 @experiment_app.command("status")
@@ -229,7 +231,7 @@ def reproduce_command(
             raise typer.Exit(130) from None
         err.print(f"{result.done}/{result.total} units; report: {report.out}/index.html (tables: "
                   f"{', '.join(report.tables)})", markup=False, highlight=False)
-        if result.request_cache:
-            err.print(result.request_cache, markup=False, highlight=False)
+        for line in result.savings:
+            err.print(line, markup=False, highlight=False)
 
 

@@ -16,6 +16,7 @@ from ascp.cli.common import (
     EstimatorOpt,
     KOpt,
     ModelOpt,
+    PrefixCacheOpt,
     RequestCacheOpt,
     SeedOpt,
     SystemOpt,
@@ -47,7 +48,7 @@ def _validate_run_args(policy: str, k: int, T: int, estimator: str) -> None:
 def execute_run(
     cases, policy: str, k: int, T: int, model: str, estimator: str, seed: int, max_new_tokens: int,
     device: str, lm=None, steer=None, template: str | None = None, system: str = "", backend: str = "auto",
-    matcher=None, embed_fn=None, request_cache: str | None = None,
+    matcher=None, embed_fn=None, request_cache: str | None = None, prefix_cache_mb: float | None = None,
 ):
     """Run one policy over loaded cases with a progress bar; returns (portfolios, case rows, lm).
 
@@ -64,7 +65,8 @@ def execute_run(
     require_matcher(cases, matcher is not None)  # before the model loads
     if lm is None:
         with err.status(f"loading model {model!r}"):
-            lm = load_model(model, device=device, backend=backend, request_cache=request_cache)
+            lm = load_model(model, device=device, backend=backend, request_cache=request_cache,
+                            prefix_cache_mb=prefix_cache_mb)
     with _progress() as bar:
         task = bar.add_task(f"{policy} k={k} T={T}", total=len(cases) * T)
         portfolios = run_portfolios(cases, policy=policy, k=k, T=T, model=lm, estimator=estimator, seed=seed,
@@ -116,6 +118,7 @@ def run(
                                                   "format into this folder (<task>-round<t>.json and "
                                                   "<task>-portfolio.json, for ALCE's eval.py; docs/alce.md).")] = None,
     request_cache: RequestCacheOpt = None,
+    prefix_cache_mb: PrefixCacheOpt = None,
 ) -> None:
     """Run T rounds of one scheduling policy on every case and write the portfolio with its metrics."""
     with user_errors():
@@ -126,6 +129,10 @@ def run(
         from ascp.render.console import summary_table
 
         _validate_run_args(policy, k, T, estimator)
+        if prefix_cache_mb is not None:
+            from ascp.lm.prefixes import check_megabytes
+
+            check_megabytes(prefix_cache_mb, "--prefix-cache-mb")
         if limit is not None and limit < 1:
             raise AscpError(f"--limit must be at least 1, got {limit}.")
         if not steer and (alpha is not None or eta is not None or not contrast or not apc):
@@ -160,7 +167,8 @@ def run(
                 matcher = load_nli_matcher(nli_model, device=device)
         portfolios, rows, lm = execute_run(cases, policy, k, T, model, estimator, seed, max_new_tokens, device,
                                           steer=steer_config, template=prompt, system=system, backend=backend,
-                                          matcher=matcher, embed_fn=embed_fn, request_cache=request_cache)
+                                          matcher=matcher, embed_fn=embed_fn, request_cache=request_cache,
+                                          prefix_cache_mb=prefix_cache_mb)
         run_config = {"data": str(data), "format": format, "rank_by": rank_by, "order": order, "embedder": embedder,
                       "policy": policy, "k": k, "T": T,
                       "model": model, "backend": backend_name(lm), "estimator": estimator, "seed": seed, "limit": limit,

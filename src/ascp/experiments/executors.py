@@ -19,7 +19,7 @@ from ascp.experiments.execute import load_matcher, load_model, run_chunk
 from ascp.experiments.plan import Chunk
 from ascp.experiments.spec import Settings
 from ascp.experiments.store import RunStore
-from ascp.lm.request_cache import CachedModel, CacheStats
+from ascp.lm.request_cache import CachedModel
 
 EXECUTORS = ("local", "ray")
 Progress = Callable[[int, int], None]  # (rounds finished, units written)
@@ -31,25 +31,37 @@ def _quiet(*_: int) -> None:
 
 
 def run_local(chunks: Sequence[Chunk], store: RunStore, embed_fn: EmbedFn | None = None,
-              progress: Progress | None = None, request_cache: str | None = None) -> CacheStats | None:
-    """Run the chunks in this process; returns what the request cache saved (None: no cache in use)."""
+              progress: Progress | None = None, request_cache: str | None = None) -> list[str]:
+    """Run the chunks in this process; returns what the request cache and the prefix store saved,
+    one sentence each per model."""
     progress = progress or _quiet
-    saved: CacheStats | None = None
+    savings: list[str] = []
     matcher = load_matcher(chunks[0].settings) if chunks else None  # the settings are the spec's: one matcher
     for model, grouped in itertools.groupby(chunks, key=lambda c: c.model):
         group = list(grouped)
         settings = group[0].settings
         embed = MemoEmbedder(embed_fn or resolve_embedder(settings.embedder))
-        lm = load_model(model.source, settings.device, settings.backend, request_cache)
+        lm = load_model(model.source, settings.device, settings.backend, request_cache, settings.prefix_cache_mb)
         for chunk in group:
             records = run_chunk(lm, chunk, embed, progress=lambda n: progress(n, 0), matcher=matcher)
             progress(0, sum(store.write(r) for r in records))
+        savings += savings_of(model.name, lm)
         if isinstance(lm, CachedModel):
-            saved = lm.cache.stats if saved is None else saved.add(lm.cache.stats)
             lm.cache.close()
         del lm
         gc.collect()
-    return saved
+    return savings
+
+
+def savings_of(name: str, lm: object) -> list[str]:
+    """What the request cache and the prefix store of model `name` saved, one sentence each."""
+    out = []
+    if isinstance(lm, CachedModel):
+        out.append(f"{name}: request cache {lm.cache.path}: {lm.cache.stats.summary()}")
+    prefixes = getattr(lm, "prefixes", None)
+    if prefixes is not None and (prefixes.stats.hits or prefixes.stats.misses):
+        out.append(f"{name}: {prefixes.stats.summary()}")
+    return out
 
 
 def import_ray():
@@ -69,7 +81,8 @@ class ChunkWorker:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         self.error: str | None = None  # a user error while loading, re-raised by run() as a task error
         try:
-            self.lm = load_model(model_source, device, backend, request_cache)
+            self.lm = load_model(model_source, device, backend, request_cache,
+                                 settings.prefix_cache_mb if settings is not None else None)
             self.embed = MemoEmbedder(embed_fn or resolve_embedder(embedder))
             self.matcher = load_matcher(settings) if settings is not None else None
         except AscpError as exc:
@@ -80,12 +93,16 @@ class ChunkWorker:
             raise AscpError(self.error)
         return run_chunk(self.lm, chunk, self.embed, matcher=self.matcher)
 
+    def savings(self, name: str) -> list[str]:
+        return [] if self.error is not None else savings_of(f"{name} (worker {os.getpid()})", self.lm)
+
 
 def run_ray(chunks: Sequence[Chunk], store: RunStore, workers: int = 1, address: str | None = None,
             embed_fn: EmbedFn | None = None, progress: Progress | None = None,
-            cpus_per_worker: float = 1, gpus_per_worker: float = 0, request_cache: str | None = None) -> None:
+            cpus_per_worker: float = 1, gpus_per_worker: float = 0, request_cache: str | None = None) -> list[str]:
     """Run chunks on Ray actors: `workers` actors per model. Uses the Ray session already
-    initialised in this process if any, else joins `address`, else starts a local cluster."""
+    initialised in this process if any, else joins `address`, else starts a local cluster.
+    Returns what each worker's request cache and prefix store saved."""
     ray = import_ray()
     from ray.util import ActorPool
 
@@ -100,6 +117,7 @@ def run_ray(chunks: Sequence[Chunk], store: RunStore, workers: int = 1, address:
                             ) from None
         started = True
     remote = ray.remote(num_cpus=cpus_per_worker, num_gpus=gpus_per_worker)(ChunkWorker)
+    savings: list[str] = []
     try:
         for model, grouped in itertools.groupby(chunks, key=lambda c: c.model):
             group = list(grouped)
@@ -114,6 +132,8 @@ def run_ray(chunks: Sequence[Chunk], store: RunStore, workers: int = 1, address:
                 for records in pool.map_unordered(lambda actor, chunk: actor.run.remote(chunk), group):
                     rounds = sum(r["T"] for r in records)
                     progress(rounds, sum(store.write(r) for r in records))
+                for lines in ray.get([actor.savings.remote(model.name) for actor in actors]):
+                    savings += lines
             except ray.exceptions.RayTaskError as exc:
                 cause = getattr(exc, "cause", None)
                 if isinstance(cause, AscpError):
@@ -125,3 +145,4 @@ def run_ray(chunks: Sequence[Chunk], store: RunStore, workers: int = 1, address:
     finally:
         if started:
             ray.shutdown()
+    return savings

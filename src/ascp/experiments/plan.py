@@ -96,7 +96,8 @@ class Plan:
             # template/system/nli_model only when set and backend only when not auto, so stores made
             # before they existed still resume (each record names the backend that actually ran)
             "settings": {k: v for k, v in spec.settings.__dict__.items()
-                         if (k not in ("template", "system", "nli_model") or v) and (k != "backend" or v != "auto")},
+                         if (k not in ("template", "system", "nli_model") or v) and (k != "backend" or v != "auto")
+                         and k != "prefix_cache_mb"},  # a memory limit changes no record
             "units": self.total,
         }
 

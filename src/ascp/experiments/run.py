@@ -23,13 +23,13 @@ class RunResult:
     done: int  # units in the store after this run
     written: int  # units this run wrote
     pending_rounds: int  # rounds this run had to execute
-    request_cache: str | None = None  # what the request cache saved (local executor), as a sentence
+    savings: tuple[str, ...] = ()  # what the request cache and prefix store saved, per model (Ray: per worker)
 
 
 def prepare(spec: ExperimentSpec | str | Path, executor: str = "local", workers: int = 1,
-            embedder: str | None = None) -> Plan:
+            embedder: str | None = None, prefix_cache_mb: float | None = None) -> Plan:
     """Validate everything (spec, data, conditions, executor) before any model work; `embedder`
-    (`--embedder`) replaces the spec's embedder."""
+    (`--embedder`) and `prefix_cache_mb` (`--prefix-cache-mb`) replace the spec's."""
     if executor not in EXECUTORS:
         raise AscpError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}.")
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -43,9 +43,15 @@ def prepare(spec: ExperimentSpec | str | Path, executor: str = "local", workers:
 
         checked = check_embedder(embedder, "--embedder")
         embedder = embedder if embedder in EMBEDDER_NAMES else checked  # folders: absolute
+    if prefix_cache_mb is not None:
+        from ascp.lm.prefixes import check_megabytes
+
+        check_megabytes(prefix_cache_mb, "--prefix-cache-mb")
     spec = spec if isinstance(spec, ExperimentSpec) else load_spec(spec)
     if embedder is not None:
         spec = replace(spec, settings=replace(spec.settings, embedder=embedder))
+    if prefix_cache_mb is not None:
+        spec = replace(spec, settings=replace(spec.settings, prefix_cache_mb=float(prefix_cache_mb)))
     return make_plan(spec)
 
 
@@ -82,14 +88,13 @@ def run_experiment(
         rounds = sum(chunk.rounds for chunk in pending)
         if on_start is not None:
             on_start(rounds, before, plan.total)
-        saved = None
+        savings: list[str] = []
         if pending and executor == "local":
-            saved = run_local(pending, store, embed_fn=embed_fn, progress=progress, request_cache=cache_path)
+            savings = run_local(pending, store, embed_fn=embed_fn, progress=progress, request_cache=cache_path)
         elif pending:
-            run_ray(pending, store, workers=workers, address=address, embed_fn=embed_fn, progress=progress,
-                    request_cache=cache_path, **ray_options)
-        return RunResult(out, plan.total, len(store.done), len(store.done) - before, rounds,
-                         None if saved is None else f"request cache {cache_path}: {saved.summary()}")
+            savings = run_ray(pending, store, workers=workers, address=address, embed_fn=embed_fn, progress=progress,
+                              request_cache=cache_path, **ray_options)
+        return RunResult(out, plan.total, len(store.done), len(store.done) - before, rounds, tuple(savings))
 
 
 def status(directory: str | Path) -> dict[str, Any]:

@@ -17,7 +17,8 @@ from ascp.errors import AscpError
 from ascp.experiments.condition import ARMS, FIELDS, Condition
 
 TOP_KEYS = ("name", "description", "tasks", "models", "seeds", "grid", "conditions", "sampling", "embedder",
-            "batch_cases", "batch_size", "threshold", "device", "backend", "template", "system", "nli_model")
+            "batch_cases", "batch_size", "threshold", "device", "backend", "template", "system", "nli_model",
+            "prefix_cache_mb")
 TASK_KEYS = ("name", "data", "format", "limit", "rank_by", "depth", "min_pool")
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_new_tokens")
 GRID_KEYS = ("policy", *FIELDS)
@@ -64,6 +65,7 @@ class Settings:
     template: str | None = None  # the user's own prompt ({passages} then {question}); None: the instruction
     system: str = ""  # a system message
     nli_model: str | None = None  # claim units (ELI5): an NLI model folder (absolute) or "lexical" (ascp.metrics.nli)
+    prefix_cache_mb: float | None = None  # ascp.lm.prefixes; speed only, so never in plan.json
 
     def sampling(self):
         from ascp.lm.sampling import SamplingConfig
@@ -304,6 +306,8 @@ def _settings(raw: dict[str, Any], base: Path) -> Settings:
             values[key] = _int(key, raw[key], 1)
     if raw.get("threshold") is not None:
         values["threshold"] = _number("threshold", raw["threshold"], 0.0)
+    if raw.get("prefix_cache_mb") is not None:  # megabytes of prompt keys and values kept (0: none)
+        values["prefix_cache_mb"] = _number("prefix_cache_mb", raw["prefix_cache_mb"], 0.0)
     device = raw.get("device", "auto")
     if not isinstance(device, str) or not re.match(r"^(auto|cpu|cuda(:\d+)?|mps)$", device):
         raise _fail("device", f"expected auto, cpu or cuda[:n], got {device!r}.")

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ascp.lm.encoded import common_prefix
+from ascp.lm.prefixes import PrefixEntry, PrefixStore, prefix_store_from_env
 from ascp.lm.protocol import ScoredPrompts
 from ascp.lm.sampling import BatchRows, Generation, LogitMix, SamplingConfig, StepSampler, derive_seed, run_in_batches
 from ascp.lm.tokenized import TokenizedModel
@@ -37,6 +38,8 @@ class HFLanguageModel(TokenizedModel):
     tokenizer: Any
     name: str
     backend = "hf"
+    # prompts already prefilled in this process (generation and the probe), `ascp.lm.prefixes`
+    prefixes: PrefixStore | None = field(default_factory=prefix_store_from_env, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.model.eval()
@@ -85,6 +88,18 @@ class HFLanguageModel(TokenizedModel):
         from transformers import DynamicCache
 
         return DynamicCache(config=self.model.config)
+
+    def snapshot_cache(self, cache: Any, n: int) -> PrefixEntry:
+        """The keys and values of the first `n` positions of `cache` (copies: the cache moves on)."""
+        layers = [(layer.keys[:, :, :n].clone(), layer.values[:, :, :n].clone()) for layer in cache.layers]
+        return PrefixEntry(layers, n, sum(k.nbytes + v.nbytes for k, v in layers))
+
+    def cache_from(self, entry: PrefixEntry) -> Any:
+        """A cache starting from a stored prefix (its tensors are never written: a `DynamicCache`
+        appends by concatenation and crops by slicing)."""
+        from transformers import DynamicCache
+
+        return DynamicCache(ddp_cache_data=list(entry.state))
 
 
 # ----- the transformers sampling loop ---------------------------------------------------
@@ -136,6 +151,8 @@ def _generate_batch(lm, streams, config: SamplingConfig, seeds, items, mix) -> l
     prompts = rows.prompts
     if len(prompts) > rows.n_items and lm.supports_prefix_cache:
         logits, cache, mask, last_pos = _packed_prefill(torch, lm, prompts, rows.item_rows, config.max_new_tokens)
+    elif lm.prefixes is not None and lm.supports_prefix_cache:
+        logits, cache, mask, last_pos = _stored_prefill(torch, lm, prompts, lm.prefixes, config.max_new_tokens)
     else:
         logits, cache, mask, last_pos = _padded_prefill(torch, lm, prompts)
     sampler = StepSampler(torch, rows, config, seeds, items, lm.eos_token_ids, lm.pad_token_id, mix, device)
@@ -174,6 +191,63 @@ def _padded_prefill(torch, lm, prompts):
     return out.logits[:, -1, :].to(torch.float32), cache, mask, positions[:, -1:]
 
 
+def _stored_prefill(torch, lm, prompts, store: PrefixStore, room: int):
+    """`_padded_prefill` for the prompts the store does not hold (each distinct prompt once), then
+    every row from its prompt's keys, values and last logits (stored or just computed), stacked as
+    `_packed_prefill` stacks them; each computed prompt is kept in the store. Returns what
+    `_padded_prefill` returns."""
+    distinct = list(dict.fromkeys(tuple(p) for p in prompts))
+    entries: dict[tuple[int, ...], PrefixEntry] = {}
+    for ids in distinct:
+        entry = store.get(ids, need_logits=True)
+        if entry is not None:
+            entries[ids] = entry
+            store.stats.tokens_saved += len(ids)
+    todo = [ids for ids in distinct if ids not in entries]
+    if todo:
+        logits, cache, _, _ = _padded_prefill(torch, lm, todo)
+        width = max(len(ids) for ids in todo)
+        for row, ids in enumerate(todo):
+            layers = [(layer.keys[row:row + 1, :, width - len(ids):].clone(),
+                       layer.values[row:row + 1, :, width - len(ids):].clone()) for layer in cache.layers]
+            entries[ids] = PrefixEntry(layers, len(ids), sum(k.nbytes + v.nbytes for k, v in layers) +
+                                       logits[row].nbytes, logits[row].clone())
+            store.put(ids, entries[ids])
+    for ids in distinct:  # each further row of a prompt in this batch reuses its one prefill
+        extra = sum(tuple(p) == ids for p in prompts) - 1
+        store.stats.hits += extra
+        store.stats.tokens_saved += extra * len(ids)
+    rows = [entries[tuple(p)] for p in prompts]
+    cache, mask, last_pos = _stacked_cache(torch, lm, prompts, [e.state for e in rows], room)
+    return torch.stack([e.logits for e in rows]), cache, mask, last_pos
+
+
+def _stacked_cache(torch, lm, prompts, kv, room: int):
+    """One left-padded cache (zeros where a row has no token, masked) from each row's own keys and
+    values (per layer, [1, heads, len, dim]), with `room` free positions per row so decoding writes
+    in place: (cache, attention mask, last positions)."""
+    from transformers import DynamicCache
+
+    device = lm.device
+    width = max(len(p) for p in prompts)
+    cache = DynamicCache()
+    cache.layers = []
+    for layer in range(len(kv[0])):
+        buffers = []
+        for part in (0, 1):  # keys, values: [rows, heads, width + room, dim], left-padded with zeros
+            first = kv[0][layer][part]
+            buffer = first.new_zeros((len(prompts), first.shape[1], width + room, first.shape[-1]))
+            for row, ids in enumerate(prompts):
+                buffer[row, :, width - len(ids) : width] = kv[row][layer][part][0]
+            buffers.append(buffer)
+        cache.layers.append(_roomy_layer_class()(*buffers, width))
+    mask = torch.zeros((len(prompts), width), dtype=torch.long, device=device)
+    for row, ids in enumerate(prompts):
+        mask[row, width - len(ids) :] = 1
+    last_pos = torch.tensor([[len(ids) - 1] for ids in prompts], dtype=torch.long, device=device)
+    return cache, mask, last_pos
+
+
 def _packed_prefill(torch, lm, prompts, item_rows, room: int):
     """Prefill rows one at a time with no padding, each reusing the longest prefix it shares with an
     earlier row of its item (exact: identical tokens at identical positions have identical keys and
@@ -206,22 +280,7 @@ def _packed_prefill(torch, lm, prompts, item_rows, room: int):
                 logits[row] = out.logits[0, -1, :].to(torch.float32)
                 kv[row] = [(layer[0], layer[1]) for layer in cache]
                 done.append(row)
-    width = max(len(p) for p in prompts)
-    cache = DynamicCache()
-    cache.layers = []
-    for layer in range(len(kv[0])):
-        buffers = []
-        for part in (0, 1):  # keys, values: [rows, heads, width + room, dim], left-padded with zeros
-            first = kv[0][layer][part]
-            buffer = first.new_zeros((len(prompts), first.shape[1], width + room, first.shape[-1]))
-            for row, ids in enumerate(prompts):
-                buffer[row, :, width - len(ids) : width] = kv[row][layer][part][0]
-            buffers.append(buffer)
-        cache.layers.append(_roomy_layer_class()(*buffers, width))
-    mask = torch.zeros((len(prompts), width), dtype=torch.long, device=device)
-    for row, ids in enumerate(prompts):
-        mask[row, width - len(ids) :] = 1
-    last_pos = torch.tensor([[len(ids) - 1] for ids in prompts], dtype=torch.long, device=device)
+    cache, mask, last_pos = _stacked_cache(torch, lm, prompts, [kv[row] for row in range(len(prompts))], room)
     return torch.stack(logits), cache, mask, last_pos
 
 

@@ -35,6 +35,7 @@ import numpy as np
 from ascp.errors import AscpError
 from ascp.jsonio import atomic_writer, staged_folder
 from ascp.lm.encoded import common_prefix
+from ascp.lm.prefixes import PrefixEntry, PrefixStore, prefix_store_from_env
 from ascp.lm.protocol import ScoredPrompts
 from ascp.lm.sampling import BatchRows, StepSampler, run_in_batches
 from ascp.lm.scoring import score_with_runner
@@ -152,6 +153,20 @@ class _Engine:
         """Share the cached positions [0, end) of sequence `source` with sequence `target`."""
         self.lib.llama_memory_seq_cp(self.lib.llama_get_memory(self.ctx), source, target, 0, end)
 
+    def seq_state(self, seq: int) -> bytes:
+        """The cached keys and values (with their positions) of sequence `seq`, as llama.cpp saves them."""
+        size = int(self.lib.llama_state_seq_get_size(self.ctx, seq))
+        buffer = (ctypes.c_uint8 * size)()
+        written = int(self.lib.llama_state_seq_get_data(self.ctx, buffer, size, seq))
+        return bytes(buffer)[:written]
+
+    def set_seq_state(self, seq: int, state: bytes) -> None:
+        """Sequence `seq` := a saved state (its old cells dropped first)."""
+        self.seq_rm(seq, 0)
+        buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        if not self.lib.llama_state_seq_set_data(self.ctx, buffer, len(state), seq):
+            raise RuntimeError("llama.cpp refused a saved sequence state")
+
     def decode(self, tokens: Sequence[int], positions: Sequence[int], seqs: Sequence[int],
                want: Sequence[bool]) -> np.ndarray:
         """Feed tokens (each at its position in its sequence); fp32 logits of the wanted ones, in order."""
@@ -235,6 +250,14 @@ class _LlamaRunner:
     def truncate(self, keep: int) -> None:
         self.engine.seq_rm(0, keep)
 
+    def capture(self, n: int) -> PrefixEntry:
+        """The state of sequence 0, which holds the `n` positions of a prompt."""
+        state = self.engine.seq_state(0)
+        return PrefixEntry(state, n, len(state))
+
+    def load(self, entry: PrefixEntry) -> None:
+        self.engine.set_seq_state(0, entry.state)
+
     def run(self, ids: Sequence[int], start: int, targets: Sequence[int], cached: bool) -> np.ndarray:
         if not cached:
             self.engine.clear()
@@ -256,6 +279,8 @@ class LlamaCppModel(TokenizedModel):
     weights: str = "f16"
     backend = "llamacpp"
     _engines: dict[str, _Engine] = field(default_factory=dict, repr=False)
+    # prompts already prefilled in this process (generation and the probe), `ascp.lm.prefixes`
+    prefixes: PrefixStore | None = field(default_factory=prefix_store_from_env, repr=False)
 
     def __post_init__(self) -> None:
         if self.weights not in WEIGHTS:
@@ -296,7 +321,7 @@ class LlamaCppModel(TokenizedModel):
               reuse_prefix: bool = True) -> ScoredPrompts:
         engine = self._engine()
         longest = max((len(p) for p in prompts), default=0) + len(response)
-        return score_with_runner(_LlamaRunner(engine, longest), prompts, response, reuse_prefix)
+        return score_with_runner(_LlamaRunner(engine, longest), prompts, response, reuse_prefix, self.prefixes)
 
     # ----- generation -----------------------------------------------------------------------
     def _generate_batch(self, streams, config: SamplingConfig, seeds, items, mix) -> list[Generation]:
@@ -329,6 +354,8 @@ class LlamaCppModel(TokenizedModel):
         the longest prefix they have in common with its first stream (exact: same tokens, same
         positions). Returns the last-position logits of every row."""
         prompts = rows.prompts
+        if self.prefixes is not None and len(prompts) == rows.n_items:
+            return self._stored_prefill(engine, prompts, self.prefixes)
         first = {item_rows[0] for item_rows in rows.item_rows}
         source = {}
         for item_rows in rows.item_rows:
@@ -355,6 +382,44 @@ class LlamaCppModel(TokenizedModel):
                 want += [False] * (len(ids) - start - 1) + [True]
             if tokens:
                 last[list(wave)] = engine.decode(tokens, positions, seqs, want)
+        return last
+
+    def _stored_prefill(self, engine: _Engine, prompts: Sequence[Sequence[int]], store: PrefixStore) -> np.ndarray:
+        """One-stream rows: a prompt the store holds is restored (its state and last logits), each other
+        distinct prompt is fed once (in one call, as `_prefill` feeds them) and kept, and further rows
+        of a prompt share its cells (`llama_memory_seq_cp`). Returns the last-position logits."""
+        last = np.empty((len(prompts), engine.vocab_size), dtype=np.float32)
+        first: dict[tuple[int, ...], int] = {}
+        copies: dict[int, int] = {}
+        todo: list[int] = []
+        for row, prompt in enumerate(prompts):
+            ids = tuple(prompt)
+            if ids in first:
+                copies[row] = first[ids]
+                continue
+            first[ids] = row
+            entry = store.get(ids, need_logits=True)
+            if entry is None:
+                todo.append(row)
+                continue
+            engine.set_seq_state(row, entry.state)
+            last[row] = entry.logits
+            store.stats.tokens_saved += len(ids)
+        if todo:
+            tokens = [t for row in todo for t in prompts[row]]
+            positions = [i for row in todo for i in range(len(prompts[row]))]
+            seqs = [row for row in todo for _ in prompts[row]]
+            want = [i == len(prompts[row]) - 1 for row in todo for i in range(len(prompts[row]))]
+            last[todo] = engine.decode(tokens, positions, seqs, want)
+            for row in todo:
+                state = engine.seq_state(row)
+                store.put(tuple(prompts[row]), PrefixEntry(state, len(prompts[row]), len(state) + last[row].nbytes,
+                                                           last[row].copy()))
+        for row, source in copies.items():
+            engine.seq_cp(source, row, len(prompts[row]))
+            last[row] = last[source]
+            store.stats.hits += 1
+            store.stats.tokens_saved += len(prompts[row])
         return last
 
     # ----- engines --------------------------------------------------------------------------

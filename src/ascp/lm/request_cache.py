@@ -23,7 +23,9 @@ do. Steered decoding (`generate_streams`) and `reuse_prefix=False` (the naive re
 passed through uncached.
 
 One file serves many processes at once (SQLite's write-ahead log; Ray workers on one machine); a
-file on a network file system may not be safe (SQLite's own caveat). A file that cannot be opened
+file on a network file system may not be safe (SQLite's own caveat). Two workers that compute one
+row at the same moment each keep their own value; the file keeps the first one stored, so a later
+run can differ from those workers' records in the last bits. A file that cannot be opened
 or written (read-only, full, damaged, written by another schema) gives one warning sentence and the
 run goes on without the cache: the cache never changes a number and never stops a run.
 """
@@ -213,7 +215,8 @@ class RequestCache:
         with self._lock:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
-                self._db.executemany("INSERT OR REPLACE INTO rows VALUES (?, ?, ?)",
+                # the first value stored for a key stays (two workers may compute one row at once)
+                self._db.executemany("INSERT OR IGNORE INTO rows VALUES (?, ?, ?)",
                                      [(k, v, self._digest(k, v)) for k, v in items])
                 self._db.execute("COMMIT")
             except sqlite3.Error as exc:

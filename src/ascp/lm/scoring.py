@@ -14,6 +14,13 @@ common prefix are identical at identical positions, so reusing their keys and va
 by construction, whatever the tokenizer does at a passage boundary. Each prompt is then fed at
 most `len(ids) - LCP(prompts[0], ids)` prompt tokens: the exact floor (`exact_floor_tokens`).
 
+Across calls. With a `PrefixStore` (`ascp.lm.prefixes`; the in-process backends hold one), each
+prompt's prompt-side keys and values are kept after its pass, and a later call scoring another
+response against the same prompt (the same context probed in another round, policy or condition,
+or the prompt generation has just prefilled) starts from them: each variant's prompt is fed once
+per process, then each response on top of it. A runner that can do this has `capture(n)` and
+`load(entry)`.
+
 Only the logits at response positions are computed (`logits_to_keep`), and the last response
 token is never fed (nothing is predicted from it).
 """
@@ -26,6 +33,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ascp.lm.encoded import common_prefix
+from ascp.lm.prefixes import PrefixEntry, PrefixStore
 from ascp.lm.protocol import ScoredPrompts
 
 
@@ -56,16 +64,16 @@ class PrefixRunner(Protocol):
 def score_prompts(lm, prompts: Sequence[Sequence[int]], response: Sequence[int],
                   reuse_prefix: bool = True) -> ScoredPrompts:
     """`HFLanguageModel.score`: `score_with_runner` over transformers forward passes."""
-    return score_with_runner(_TorchRunner(lm), prompts, response, reuse_prefix)
+    return score_with_runner(_TorchRunner(lm), prompts, response, reuse_prefix, getattr(lm, "prefixes", None))
 
 
 def score_with_runner(runner: PrefixRunner, prompts: Sequence[Sequence[int]], response: Sequence[int],
-                      reuse_prefix: bool = True) -> ScoredPrompts:
+                      reuse_prefix: bool = True, store: PrefixStore | None = None) -> ScoredPrompts:
     """Per-token log-probabilities of `response` after each prompt (see the module docstring).
 
     `reuse_prefix=False` scores every prompt from scratch (the naive reference); `True` shares
-    common prefixes through a cropped KV cache and gives the same numbers up to floating-point
-    reassociation. Identical prompts are scored once.
+    common prefixes through a cropped KV cache (and, with a `store`, across calls) and gives the
+    same numbers up to floating-point reassociation. Identical prompts are scored once.
     """
     if not response:
         raise ValueError("the response must have at least one token")
@@ -78,7 +86,7 @@ def score_with_runner(runner: PrefixRunner, prompts: Sequence[Sequence[int]], re
         return ScoredPrompts((), 0)
     first = variants[0]
     order = [0, *sorted(range(1, len(variants)), key=lambda i: (-common_prefix(first, variants[i]), variants[i]))]
-    pass_ = _Passes(runner, response, reuse_prefix)
+    pass_ = _Passes(runner, response, reuse_prefix, store if hasattr(runner, "capture") else None)
     results: list[np.ndarray] = [np.empty(0)] * len(variants)
     for i in order:
         results[i] = pass_.score(variants[i])
@@ -88,10 +96,12 @@ def score_with_runner(runner: PrefixRunner, prompts: Sequence[Sequence[int]], re
 class _Passes:
     """Forward passes for one response, remembering which ids the runner's cache holds."""
 
-    def __init__(self, runner: PrefixRunner, response: list[int], reuse_prefix: bool) -> None:
+    def __init__(self, runner: PrefixRunner, response: list[int], reuse_prefix: bool,
+                 store: PrefixStore | None = None) -> None:
         self.runner = runner
         self.response = response
         self.reuse_prefix = reuse_prefix
+        self.store = store
         self.tokens_processed = 0
         self._cached: list[int] | None = None  # the ids whose keys and values the cache holds
 
@@ -102,8 +112,15 @@ class _Passes:
             return self.runner.run(sequence, 0, self.response, cached=False)
         # Keep the longest cached prefix, but re-run the last prompt token: the logits that
         # predict the response must be computed in this pass.
-        keep = 0 if self._cached is None else min(common_prefix(self._cached, sequence), len(ids) - 1,
-                                                  len(sequence) - self.runner.min_feed)
+        limit = min(len(ids) - 1, len(sequence) - self.runner.min_feed)
+        keep = 0 if self._cached is None else min(common_prefix(self._cached, sequence), limit)
+        key = tuple(ids)
+        if self.store is not None and limit > max(keep, 0):  # a stored prompt side gives more than the cache
+            entry = self.store.get(key)
+            if entry is not None:
+                self.runner.load(entry)  # type: ignore[attr-defined]
+                self.store.stats.tokens_saved += limit - max(keep, 0)
+                keep = limit
         if keep <= 0:
             self.runner.reset()
             keep = 0
@@ -112,6 +129,10 @@ class _Passes:
         self.tokens_processed += len(sequence) - keep
         out = self.runner.run(sequence[keep:], keep, self.response, cached=True)
         self._cached = sequence
+        if self.store is not None and key not in self.store and len(ids) > 1:
+            self.runner.truncate(len(ids))  # the prompt side only (no later variant shares the response)
+            self._cached = list(ids)
+            self.store.put(key, self.runner.capture(len(ids)))  # type: ignore[attr-defined]
         return out
 
 
@@ -131,6 +152,12 @@ class _TorchRunner:
         current = self._cache.get_seq_length()
         if current > keep:
             self._cache.crop(-(current - keep))
+
+    def capture(self, n: int) -> PrefixEntry:
+        return self.lm.snapshot_cache(self._cache, n)
+
+    def load(self, entry: PrefixEntry) -> None:
+        self._cache = self.lm.cache_from(entry)
 
     def run(self, ids: Sequence[int], start: int, targets: Sequence[int], cached: bool) -> np.ndarray:
         import torch

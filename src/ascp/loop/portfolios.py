@@ -31,6 +31,7 @@ from ascp.attribution import make_estimator
 from ascp.attribution.base import Estimator, ProbeInput
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
+from ascp.lm.prefixes import fresh_prefixes
 from ascp.lm.prompts import PromptTemplate
 from ascp.lm.protocol import LanguageModel
 from ascp.lm.sampling import SamplingConfig, derive_seed
@@ -88,6 +89,7 @@ def run_portfolios(
 ) -> list[Portfolio]:
     """Run T rounds of `config.policy` on every case; `progress(n)` is called per finished round."""
     estimator = estimator or make_estimator(config.estimator)
+    fresh_prefixes(lm)  # prompts are shared within this run, which computes the same whatever ran before
     schedulers: dict[str, Scheduler] = {}
     for case in cases:
         if len(case.pool) < config.k:

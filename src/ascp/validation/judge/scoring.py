@@ -32,6 +32,9 @@ def p_yes(lm: LanguageModel, prompts: Sequence[EncodedPrompt]) -> np.ndarray:
     """
     if not prompts:
         return np.zeros(0)
+    from ascp.lm.prefixes import fresh_prefixes
+
+    fresh_prefixes(lm)  # each prompt is prefilled once for all its answers, the same way in every call
     groups: dict[tuple[tuple[int, ...], ...], list[int]] = {}  # prompts sharing the answer tokenisation
     for i, p in enumerate(prompts):
         ids = (*answer_ids(lm, p.text, YES_WORDS), *answer_ids(lm, p.text, NO_WORDS))
