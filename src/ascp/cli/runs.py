@@ -220,6 +220,7 @@ def demo(
                 out.print(portfolio_panel(case, portfolio, row))
             means[policy] = summarize(rows)
         out.print(summary_table(means, title="demo: mean over questions"))
+        cache_summary(lm)
 
 
 
