@@ -196,3 +196,18 @@ def test_llamacpp_generation_prefills_a_prompt_once_and_keeps_every_seeds_text(l
         assert [g.text for g in again] == [g.text for g in plain[::-1]]
     finally:
         lcpp.prefixes = None
+
+
+@pytest.mark.real_model
+def test_llamacpp_probe_starts_from_the_prompt_generation_prefilled(lcpp, make_item):
+    prompt = lcpp.encode_prompt(QUESTION, context(3))
+    lcpp.prefixes = PrefixStore(2**30)
+    try:
+        gen = lcpp.generate([list(prompt.ids)], SamplingConfig(max_new_tokens=24), [7])[0]
+        item = make_item(lcpp, QUESTION, context(3), gen.text)
+        hits = lcpp.prefixes.stats.hits
+        got = make_estimator("loo").score(lcpp, item).values
+        assert lcpp.prefixes.stats.hits == hits + 1  # the full variant's cells came from generation
+    finally:
+        lcpp.prefixes = None
+    np.testing.assert_allclose(got, make_estimator("loo").score(lcpp, item).values, atol=1e-5)

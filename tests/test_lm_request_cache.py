@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import fill_disk, invoke_cli, unit_records
+from conftest import fill_disk, invoke_cli, run_ascp, unit_records
 
 from ascp.lm.request_cache import CachedModel, RequestCache, cached_model, model_fingerprint
 from ascp.lm.sampling import SamplingConfig
@@ -264,6 +264,21 @@ def test_the_command_line_says_what_the_cache_saved(tmp_path, tiny_model_dir):
 
     assert results("one.jsonl") == results("two.jsonl")
     assert (tmp_path / "cache" / "requests.sqlite").exists()
+
+
+def test_a_damaged_cache_file_is_one_warning_line_and_the_command_goes_on(tmp_path, tiny_model_dir):
+    requests = tmp_path / "req.jsonl"
+    requests.write_text(json.dumps({"id": "r", "question": "when?", "response": "In 1850.",
+                                    "passages": [{"id": "d", "text": "born in 1850."}]}) + "\n")
+    damaged = tmp_path / "requests.sqlite"
+    damaged.write_bytes(b"not a database" * 200)
+    done = run_ascp("attribute", "--input", requests, "--out", tmp_path / "s.jsonl", "--model", tiny_model_dir,
+                    "--backend", "hf", "--request-cache", damaged, home=tmp_path / "home")
+    assert done.returncode == 0, done.stderr
+    warned = [line for line in done.stderr.splitlines() if "request cache" in line]
+    assert warned == [f"warning: request cache {damaged}: it is damaged (not a SQLite database); running without "
+                      "it (nothing computed is reused)."], done.stderr
+    assert "Traceback" not in done.stderr and (tmp_path / "s.jsonl").exists()
 
 
 def test_ray_workers_fill_and_read_one_cache(tmp_path, tiny_model_dir):
