@@ -181,7 +181,10 @@ def test_llamacpp_probes_share_prompts_and_equal_the_path_without(lcpp, make_ite
 
 
 @pytest.mark.real_model
-def test_llamacpp_generation_prefills_a_prompt_once_and_keeps_every_seeds_text(lcpp):
+def test_llamacpp_generation_keeps_its_own_prefill_and_the_probe_fills_the_store(lcpp, make_item):
+    """llama.cpp's numbers move with where a sequence's cells lie among others' (up to 2e-3 nats per
+    token measured on the embedded model), so its generation never takes a prefill from the store;
+    its probes share their prompt sides, exactly."""
     prompts = prompts_of(lcpp, 4)
     rows = [prompts[i % 3] for i in range(9)]
     seeds = list(range(100, 109))
@@ -191,23 +194,13 @@ def test_llamacpp_generation_prefills_a_prompt_once_and_keeps_every_seeds_text(l
     lcpp.prefixes = PrefixStore(2**30)
     try:
         assert [g.text for g in lcpp.generate(rows, config, seeds, batch_size=4)] == [g.text for g in plain]
-        assert lcpp.prefixes.stats.tokens_saved > 0
-        again = lcpp.generate(rows[::-1], config, seeds[::-1], batch_size=4)
-        assert [g.text for g in again] == [g.text for g in plain[::-1]]
+        assert lcpp.prefixes.stats.hits == lcpp.prefixes.stats.tokens_saved == 0 and len(lcpp.prefixes) == 0
+        item = make_item(lcpp, QUESTION, context(3)[:2], plain[0].text)
+        got = [make_estimator("loo").score(lcpp, item).values for _ in range(2)]
+        # the second probe's full prompt came from the first; its cut variants already reuse as much as
+        # a pass of at least 64 tokens allows (MIN_SCORING_FEED) from the full one
+        assert lcpp.prefixes.stats.hits == 1 and lcpp.prefixes.stats.tokens_saved > 0
     finally:
         lcpp.prefixes = None
-
-
-@pytest.mark.real_model
-def test_llamacpp_probe_starts_from_the_prompt_generation_prefilled(lcpp, make_item):
-    prompt = lcpp.encode_prompt(QUESTION, context(3))
-    lcpp.prefixes = PrefixStore(2**30)
-    try:
-        gen = lcpp.generate([list(prompt.ids)], SamplingConfig(max_new_tokens=24), [7])[0]
-        item = make_item(lcpp, QUESTION, context(3), gen.text)
-        hits = lcpp.prefixes.stats.hits
-        got = make_estimator("loo").score(lcpp, item).values
-        assert lcpp.prefixes.stats.hits == hits + 1  # the full variant's cells came from generation
-    finally:
-        lcpp.prefixes = None
-    np.testing.assert_allclose(got, make_estimator("loo").score(lcpp, item).values, atol=1e-5)
+    np.testing.assert_allclose(got[1], got[0], atol=1e-5)
+    np.testing.assert_allclose(got[0], make_estimator("loo").score(lcpp, item).values, atol=1e-5)

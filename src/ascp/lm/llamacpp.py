@@ -14,7 +14,12 @@ way one set of weights both generates and is probed. Measured in `docs/results/b
   transformers.
 - Scoring: prefix reuse is exact: one sequence, cut back to the longest common token prefix
   (`llama_memory_seq_rm`) before each variant (`ascp.lm.scoring.score_with_runner`), every pass
-  at least `MIN_SCORING_FEED` tokens long.
+  at least `MIN_SCORING_FEED` tokens long; the prefix store (`ascp.lm.prefixes`) keeps each
+  variant's prompt side as llama.cpp saves a sequence (`llama_state_seq_get_data`) for later
+  responses. Generation does not use the store: llama.cpp's numbers move (up to 2e-3 nats per
+  token, measured on the embedded model) with where a sequence's cells lie among other sequences'
+  in the shared cache, so a prompt prefilled beside others cannot stand in for one prefilled
+  alone, while the scoring sequence always starts alone at cell 0.
 
 Prompts are tokenized by the Hugging Face tokenizer built from the GGUF's own vocabulary
 (canonical tokenization, `ascp.lm.tokenized`), and the ids are fed to llama.cpp as they are.
@@ -354,8 +359,6 @@ class LlamaCppModel(TokenizedModel):
         the longest prefix they have in common with its first stream (exact: same tokens, same
         positions). Returns the last-position logits of every row."""
         prompts = rows.prompts
-        if self.prefixes is not None and len(prompts) == rows.n_items:
-            return self._stored_prefill(engine, prompts, self.prefixes)
         first = {item_rows[0] for item_rows in rows.item_rows}
         source = {}
         for item_rows in rows.item_rows:
@@ -382,44 +385,6 @@ class LlamaCppModel(TokenizedModel):
                 want += [False] * (len(ids) - start - 1) + [True]
             if tokens:
                 last[list(wave)] = engine.decode(tokens, positions, seqs, want)
-        return last
-
-    def _stored_prefill(self, engine: _Engine, prompts: Sequence[Sequence[int]], store: PrefixStore) -> np.ndarray:
-        """One-stream rows: a prompt the store holds is restored (its state and last logits), each other
-        distinct prompt is fed once (in one call, as `_prefill` feeds them) and kept, and further rows
-        of a prompt share its cells (`llama_memory_seq_cp`). Returns the last-position logits."""
-        last = np.empty((len(prompts), engine.vocab_size), dtype=np.float32)
-        first: dict[tuple[int, ...], int] = {}
-        copies: dict[int, int] = {}
-        todo: list[int] = []
-        for row, prompt in enumerate(prompts):
-            ids = tuple(prompt)
-            if ids in first:
-                copies[row] = first[ids]
-                continue
-            first[ids] = row
-            entry = store.get(ids, need_logits=True)
-            if entry is None:
-                todo.append(row)
-                continue
-            engine.set_seq_state(row, entry.state)
-            last[row] = entry.logits
-            store.stats.tokens_saved += len(ids)
-        if todo:
-            tokens = [t for row in todo for t in prompts[row]]
-            positions = [i for row in todo for i in range(len(prompts[row]))]
-            seqs = [row for row in todo for _ in prompts[row]]
-            want = [i == len(prompts[row]) - 1 for row in todo for i in range(len(prompts[row]))]
-            last[todo] = engine.decode(tokens, positions, seqs, want)
-            for row in todo:
-                state = engine.seq_state(row)
-                store.put(tuple(prompts[row]), PrefixEntry(state, len(prompts[row]), len(state) + last[row].nbytes,
-                                                           last[row].copy()))
-        for row, source in copies.items():
-            engine.seq_cp(source, row, len(prompts[row]))
-            last[row] = last[source]
-            store.stats.hits += 1
-            store.stats.tokens_saved += len(prompts[row])
         return last
 
     # ----- engines --------------------------------------------------------------------------

@@ -10,9 +10,10 @@ the first new token), so a later pass over the same prompt feeds only what follo
 Exactness: a stored prefix holds the keys and values the backend computed for those tokens at
 those positions, so a pass on top of it computes what a pass over the whole sequence computes, up
 to floating-point reassociation (the same argument as the longest-common-prefix reuse of
-`ascp.lm.scoring`). Generation takes the stored logits of the prompt's last position, computed in
-the batch that first prefilled it; a response is therefore what an unshared run samples for its
-seed (tested on both in-process backends), as it is across batch sizes.
+`ascp.lm.scoring`). Transformers' generation takes the stored logits of the prompt's last
+position, computed in the batch that first prefilled it; a response is therefore what an unshared
+run samples for its seed (tested), as it is across batch sizes. llama.cpp's generation does not
+use the store (its numbers move with a sequence's place in the shared cache; `ascp.lm.llamacpp`).
 
 Memory: entries are evicted least recently used first once their bytes exceed `max_bytes`
 (`ASCP_PREFIX_CACHE_MB`, default 2048: a 135M model holds about 46 KB per token, so about a
