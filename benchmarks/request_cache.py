@@ -36,18 +36,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compute_once import Fed  # noqa: E402
+from compute_once import Fed, rows_of, same  # noqa: E402
 from probe_speed import DEFAULT_POOLS  # noqa: E402
-
-
-def rows(portfolios: Sequence[Any]) -> dict:
-    return {(p.policy, p.case_id, r.round): (r.context, r.response, r.scores) for p in portfolios for r in p.rounds}
-
-
-def same(a: dict, b: dict) -> bool:
-    return a.keys() == b.keys() and all(
-        a[k][:2] == b[k][:2] and a[k][2].keys() == b[k][2].keys()
-        and all(abs(a[k][2][d] - b[k][2][d]) < 1e-5 for d in a[k][2]) for k in a)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -86,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             out += ascp.run_portfolios(cases, policy=policy, k=2, T=3, model=model, max_new_tokens=48,
                                        embed_fn=embed_fn, threshold=threshold)
         wall = time.perf_counter() - started
-        got = rows(out)
+        got = rows_of(out)
         table.append({"scenario": name, "policies": "+".join(policies), "cached": cached,
                       "generations computed": fed.generations, "scored prompts computed": fed.scored,
                       "tokens fed": fed.tokens, "wall s": round(wall, 1), "rows": got})
