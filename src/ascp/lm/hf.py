@@ -40,6 +40,8 @@ class HFLanguageModel(TokenizedModel):
     backend = "hf"
     # prompts already prefilled in this process (generation and the probe), `ascp.lm.prefixes`
     prefixes: PrefixStore | None = field(default_factory=prefix_store_from_env, repr=False, compare=False)
+    # a probe's prompts per forward pass (`ascp.lm.batched`); None: 16 on CUDA, else 0 (one at a time)
+    variant_rows: int | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         self.model.eval()
@@ -61,7 +63,13 @@ class HFLanguageModel(TokenizedModel):
               reuse_prefix: bool = True) -> ScoredPrompts:
         from ascp.lm.scoring import score_prompts
 
-        return score_prompts(self, prompts, response, reuse_prefix=reuse_prefix and self.supports_prefix_cache)
+        reuse_prefix = reuse_prefix and self.supports_prefix_cache
+        rows = self.rows_per_pass
+        if reuse_prefix and rows > 1 and len(prompts) > 1:
+            from ascp.lm.batched import score_batched
+
+            return score_batched(self, prompts, response, rows)
+        return score_prompts(self, prompts, response, reuse_prefix=reuse_prefix)
 
     # ----- model facts ----------------------------------------------------------------------
     def _config_sources(self) -> tuple[Any, ...]:
@@ -74,6 +82,13 @@ class HFLanguageModel(TokenizedModel):
     @property
     def context_window(self) -> int:
         return int(getattr(self.model.config, "max_position_embeddings", 0) or 2048)
+
+    @property
+    def rows_per_pass(self) -> int:
+        """Prompts of one probe scored as rows of one forward pass (`variant_rows`, or its default)."""
+        if self.variant_rows is not None:
+            return self.variant_rows
+        return 16 if getattr(self.device, "type", "cpu") == "cuda" else 0
 
     @property
     def supports_prefix_cache(self) -> bool:
