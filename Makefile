@@ -60,10 +60,13 @@ setup: $(STAMP)
 demo: setup
 	$(BIN)/ascp demo
 
-# The RAGAS and DeepEval tests (tests/evals/) run in their own environment, .venv-evals.
+# The RAGAS and DeepEval tests (tests/evals/) run in their own environment, .venv-evals, beside the
+# main suite (they take one core for about a minute; much of the main suite leaves one idle).
 test: setup evals
-	$(BIN)/pytest -q --ignore=tests/evals
-	$(EVALS_VENV)/bin/pytest -q tests/evals
+	@$(EVALS_VENV)/bin/pytest -q -p no:cacheprovider tests/evals >$(VENV)/evals-tests.log 2>&1 & evals=$$!; \
+	$(BIN)/pytest -q --ignore=tests/evals; main=$$?; \
+	wait $$evals; evals=$$?; echo "tests/evals (in $(EVALS_VENV)):"; cat $(VENV)/evals-tests.log; \
+	[ $$main -eq 0 ] && [ $$evals -eq 0 ]
 
 lint: setup
 	$(BIN)/ruff check src tests benchmarks tools
