@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -230,3 +231,21 @@ def test_prompt_longer_than_the_context_window(tmp_path, small_window_model_dir,
     assert f"response ({n_response} tokens)" in message
     assert previous.read_text() == "earlier results\n"
     assert sorted(p.name for p in out_dir.iterdir()) == ["results.jsonl"]
+
+
+def test_demo_computes_round_one_once_for_every_policy(cli, tiny_model_dir):
+    result = cli("demo", "--model", tiny_model_dir, "--embedder", "hashing", "--questions", "1", "--T", "2")
+    assert result.exit_code == 0, result.output
+    assert "1 ambiguous questions" in result.output and "demo: mean over questions" in result.output
+    # 3 policies x 2 rounds; round 1 (the top k, one seed) is one request, so rotate's and vanilla's come
+    # from ascp's (and any later round whose context and seed an earlier policy's round had)
+    shared = re.search(r"shared between policies: (\d+) of 6 generations", " ".join(result.output.split()))
+    assert shared is not None and int(shared.group(1)) >= 2, result.output
+
+
+@pytest.mark.parametrize("questions", ["0", "7"])
+def test_demo_questions_out_of_range_is_one_sentence(cli, questions):
+    result = cli("demo", "--questions", questions, "--embedder", "hashing")
+    assert result.exit_code == 2
+    assert f"--questions {questions}: the demo set has 6 questions; give 1 to 6." in " ".join(result.output.split())
+    assert "Traceback" not in result.output

@@ -135,12 +135,14 @@ PrefixCacheOpt = Annotated[
 ]
 
 
-def cache_summary(lm: object) -> None:
-    """What the request cache and the prefix store saved, one line each, after a run."""
+def cache_summary(lm: object, label: str | None = None) -> None:
+    """What the request cache and the prefix store saved, one line each, after a run; `label` names
+    the cache (default: its path)."""
     from ascp.lm.request_cache import CachedModel
 
     if isinstance(lm, CachedModel):
-        err.print(f"request cache {lm.cache.path}: {lm.cache.stats.summary()}", markup=False, highlight=False)
+        err.print(f"{label or f'request cache {lm.cache.path}'}: {lm.cache.stats.summary()}", markup=False,
+                  highlight=False)
     store = getattr(lm, "prefixes", None)
     if store is not None and (store.stats.hits or store.stats.misses):
         err.print(store.stats.summary(), markup=False, highlight=False)

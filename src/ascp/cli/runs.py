@@ -190,38 +190,57 @@ def run(
             err.print(f"wrote {len(written)} ALCE result files into {alce_out}", markup=False, highlight=False)
 
 
+# 2 questions at T = 3: about a minute on 2 cores (the arithmetic: docs/results/compute-once); the
+# full set (--questions 6 --T 4) takes about 3.5 minutes.
+DEMO_QUESTIONS = 2
+
+
 @app.command()
 def demo(
     model: ModelOpt = "default",
     seed: SeedOpt = 0,
     k: Annotated[int, typer.Option("--k")] = 2,
-    T: Annotated[int, typer.Option("--T")] = 4,
+    T: Annotated[int, typer.Option("--T")] = 3,
+    questions: Annotated[int, typer.Option("--questions", help="How many of the 6 bundled questions to run "
+                                           "(6 with --T 4: the full demo, minutes on 2 cores).")] = DEMO_QUESTIONS,
     backend: BackendOpt = "auto",
     embedder: EmbedderOpt = "default",
+    request_cache: RequestCacheOpt = None,
 ) -> None:
     """Compare ascp, rotate and vanilla portfolios on the bundled demo set (embedded defaults)."""
     with user_errors():
+        import tempfile
+
         from ascp.data import load_cases
         from ascp.embed.embedders import check_embedder, resolve_embedder
         from ascp.loop.runfolder import summarize
         from ascp.render.console import portfolio_panel, summary_table
 
         embed_fn = resolve_embedder(check_embedder(embedder))
-
         path = Path(str(resources.files("ascp") / "resources" / "demo_cases.jsonl"))
         cases = load_cases(path, format="jsonl")
+        if not 1 <= questions <= len(cases):
+            raise AscpError(f"--questions {questions}: the demo set has {len(cases)} questions; "
+                            f"give 1 to {len(cases)}.")
+        cases = cases[:questions]
         out.print(f"[bold]ascp demo[/bold]: {len(cases)} ambiguous questions, policies ascp / rotate / vanilla, "
                   f"k={k}, T={T}, model {model!r}, causal LOO probe\n")
-        lm, means = None, {}
-        for policy in ("ascp", "rotate", "vanilla"):
-            portfolios, rows, lm = execute_run(cases, policy, k, T, model, "loo", seed, 48, "auto", lm=lm,
-                                               backend=backend, embed_fn=embed_fn)
-            for case, portfolio, row in zip(cases, portfolios, rows, strict=True):
-                out.print(portfolio_panel(case, portfolio, row))
-            means[policy] = summarize(rows)
-        out.print(summary_table(means, title="demo: mean over questions"))
-        cache_summary(lm)
-
+        # Round 1 is the same request under every policy (the top k, the same seed): a request cache,
+        # temporary unless --request-cache names one, computes it once.
+        with tempfile.TemporaryDirectory(prefix="ascp-demo-") as scratch:
+            cache = request_cache or str(Path(scratch) / "requests.sqlite")
+            lm, means = None, {}
+            for policy in ("ascp", "rotate", "vanilla"):
+                portfolios, rows, lm = execute_run(cases, policy, k, T, model, "loo", seed, 48, "auto", lm=lm,
+                                                   backend=backend, embed_fn=embed_fn, request_cache=cache)
+                for case, portfolio, row in zip(cases, portfolios, rows, strict=True):
+                    out.print(portfolio_panel(case, portfolio, row))
+                means[policy] = summarize(rows)
+            out.print(summary_table(means, title="demo: mean over questions"))
+            cache_summary(lm, "shared between policies" if request_cache is None else None)
+            close = getattr(lm, "close", None)
+            if callable(close):
+                close()
 
 
 @app.command("simulate")
