@@ -46,6 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pools", type=Path, default=DEFAULT_POOLS)
     parser.add_argument("--out", type=Path, default=None, help="also write the table as JSON")
     args = parser.parse_args(argv)
+    if args.out is not None:  # before the work: a run takes minutes
+        args.out.parent.mkdir(parents=True, exist_ok=True)
     if not args.pools.is_file():
         print(f"ASQA pools {args.pools} not found; pass --pools.", file=sys.stderr)
         return 2
