@@ -1,27 +1,40 @@
-"""Tokens fed with and without the prefix store, side by side in one run, for the demo and a cpu-small slice.
+"""Tokens fed with and without compute sharing, side by side in one run, for the demo and a cpu-small slice.
 
 Each workload runs every one of its conditions through the loop (`ascp.loop.portfolios.run_portfolios`
 with the experiment's `loop_config`: what `ascp demo`, `ascp run` and each experiment chunk run)
-twice on one loaded model: with its prefix store off
-(`prefix_cache_mb=0`, the path before the store) and on (the default 2048 MB). Tokens fed are
-counted at the model seam and are deterministic: generation feeds its prompts (less what the store
-restored) and its new tokens; the probe feeds what `score` reports. "same" compares every round's
-context and response exactly and its scores within 1e-5 nats per token between the two.
+twice on one loaded model:
+
+* off: the prefix store off (`prefix_cache_mb=0`) and no request cache: the path before either;
+* on: the prefix store on (the default 2048 MB) and one temporary request cache shared by the
+  workload's conditions, as `ascp demo` and `ascp reproduce` run them (`--shared store`: the
+  prefix store only).
+
+Tokens fed are counted at the model seam, below the request cache, and are deterministic:
+generation feeds its prompts (less what the store restored) and its new tokens; the probe feeds what
+`score` reports. "same" compares every round's context and response exactly and its scores within
+1e-5 nats per token between the two; "differ" counts the rounds that do not (a request answered
+from the cache was computed in another batch, and llama.cpp's numbers move with batch neighbours:
+docs/request-cache.md).
 
 * demo: the bundled demo set, ascp, rotate and vanilla at k = 2, T = 4, 48 new tokens, exact LOO
   (`ascp demo`);
 * cpu-small: the `cpu-small` preset's ten conditions (its estimators, 48 new tokens, batch size
-  16) on the first `--queries` of its ASQA pools (dense order, pools of at least 24 passages).
+  16) on the first `--queries` of its ASQA pools (dense order, pools of at least 24 passages);
+* cpu-small-bm25: the same with the grid cells (every condition but the k = 5, T = 5 comparison)
+  probed with the bm25 proxy, as the preset did before its grid moved to exact LOO.
 
-    python benchmarks/compute_once.py [--queries 1] [--workloads demo,cpu-small] [--backend auto]
+    python benchmarks/compute_once.py [--queries 1] [--workloads demo,cpu-small,cpu-small-bm25]
+        [--backend auto] [--shared requests|store] [--out FILE.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -91,24 +104,32 @@ def workloads(names: Sequence[str], queries: int) -> list[tuple[str, list, list[
         demo = Path(str(resources.files("ascp") / "resources" / "demo_cases.jsonl"))
         conditions = [Condition.parse(f"{p}(k=2,T=4)") for p in ("ascp", "rotate", "vanilla")]
         out.append(("demo", load_cases(demo, format="jsonl"), conditions, Settings(max_new_tokens=48)))
-    if "cpu-small" in names:
+    small = [name for name in names if name.startswith("cpu-small")]
+    if small:
         preset = yaml.safe_load((Path(str(resources.files("ascp"))) / "resources" / "presets" / "cpu-small.yaml")
                                 .read_text())
         cases = load_cases(POOLS, format="asqa", rank_by="dense", embed_fn=resolve_embedder("default"))
         cases = [c for c in cases if len(c.pool) >= 24][:queries]
-        conditions = [Condition.parse(name) for name in preset["conditions"]]
         settings = Settings(max_new_tokens=preset["sampling"]["max_new_tokens"], batch_size=preset["batch_size"])
-        out.append(("cpu-small", cases, conditions, settings))
+        conditions = [Condition.parse(name) for name in preset["conditions"]]
+        for name in small:
+            if name == "cpu-small-bm25":  # the grid cells (all but the k = 5, T = 5 comparison) on the proxy
+                out.append((name, cases, [c if (c.k, c.T) == (5, 5) else replace(c, estimator="bm25")
+                                          for c in conditions], settings))
+            else:
+                out.append((name, cases, conditions, settings))
     return out
+
+
+def differing(a: dict, b: dict) -> int:
+    """Rounds whose context, response or scores (beyond 1e-5) differ between two runs of one workload."""
+    if a.keys() != b.keys():
+        return max(len(a), len(b))
+    return sum(a[k][:2] != b[k][:2] or any(abs(a[k][2][d] - b[k][2][d]) >= 1e-5 for d in a[k][2]) for k in a)
 
 
 def rows_of(portfolios: Sequence[Any]) -> dict:
     return {(p.policy, p.case_id, r.round): (r.context, r.response, r.scores) for p in portfolios for r in p.rounds}
-
-
-def same(a: dict, b: dict) -> bool:
-    return a.keys() == b.keys() and all(
-        a[k][:2] == b[k][:2] and all(abs(a[k][2][d] - b[k][2][d]) < 1e-5 for d in a[k][2]) for k in a)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -116,47 +137,78 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--queries", type=int, default=1, help="cpu-small queries (default 1)")
     parser.add_argument("--workloads", default="demo,cpu-small")
     parser.add_argument("--backend", default="auto", help="auto, hf or llamacpp")
+    parser.add_argument("--shared", choices=("requests", "store"), default="requests",
+                        help="what the 'on' arm shares: the prefix store and a request cache (default), or the "
+                        "prefix store only")
+    parser.add_argument("--out", type=Path, help="also write the table's rows to this JSON file")
     args = parser.parse_args(argv)
     names = args.workloads.split(",")
-    if "cpu-small" in names and not POOLS.is_file():
+    unknown = sorted(set(names) - {"demo", "cpu-small", "cpu-small-bm25"})
+    if unknown:
+        print(f"unknown workload {unknown[0]!r}; choose from demo, cpu-small, cpu-small-bm25.", file=sys.stderr)
+        return 2
+    if any(n.startswith("cpu-small") for n in names) and not POOLS.is_file():
         print(f"ASQA pools {POOLS} not found; run from a checkout beside ../shared.", file=sys.stderr)
         return 2
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
     import ascp
     from ascp.embed.embedders import resolve_embedder
     from ascp.experiments.plan import loop_config
     from ascp.lm.prefixes import configure_prefixes
+    from ascp.lm.request_cache import CachedModel, cached_model
     from ascp.loop.portfolios import run_portfolios
 
-    lm = ascp.load_model("default", backend=args.backend)
+    lm: Any = ascp.load_model("default", backend=args.backend)
     embed_fn = resolve_embedder("default")
-    print(f"# compute once: model default ({lm.backend}); {platform.processor() or platform.machine()}, "
-          f"nproc={os.cpu_count()}, loadavg(1m) {os.getloadavg()[0]:.2f}", flush=True)
-    print("| workload | policies | store | tokens fed | x off | wall s | x off | prompts reused | same rows |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    ok = True
+    machine = (f"{platform.processor() or platform.machine()}, nproc={os.cpu_count()}, "
+               f"loadavg(1m) {os.getloadavg()[0]:.2f}")
+    shared = "prefix store + request cache" if args.shared == "requests" else "prefix store"
+    print(f"# compute once: model default ({lm.backend}); {machine}; 'on' shares: {shared}", flush=True)
+    print("| workload | policies | sharing | tokens fed | x off | wall s | x off | probe passes from the store | "
+          "requests from the cache | rows differing |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    table = []
     for name, cases, conditions, settings in workloads(names, args.queries):
-        results: dict[str, tuple[int, float, dict, str]] = {}
-        for store in ("off", "on"):
-            configure_prefixes(lm, 0 if store == "off" else 2048)
+        results: dict[str, dict[str, Any]] = {}
+        for arm in ("off", "on"):
+            configure_prefixes(lm, 0 if arm == "off" else 2048)
             fed = Fed(lm)
-            started = time.perf_counter()
-            portfolios = []
-            for condition in conditions:
-                portfolios += [replace(p, policy=condition.name) for p in
-                               run_portfolios(fed, cases, loop_config(condition, 0, settings), embed_fn)]
-            wall = time.perf_counter() - started
+            with tempfile.TemporaryDirectory(prefix="compute-once-") as scratch:
+                model = cached_model(fed, Path(scratch) / "requests.sqlite") if (
+                    arm == "on" and args.shared == "requests") else fed
+                started = time.perf_counter()
+                portfolios = []
+                for condition in conditions:
+                    portfolios += [replace(p, policy=condition.name) for p in
+                                   run_portfolios(model, cases, loop_config(condition, 0, settings), embed_fn)]
+                wall = time.perf_counter() - started
+                if isinstance(model, CachedModel):
+                    c = model.cache.stats
+                    requests = (f"{c.generation_hits} of {c.generation_hits + c.generation_misses} generations, "
+                                f"{c.score_hits} of {c.score_hits + c.score_misses} scored prompts")
+                    model.cache.close()
+                else:
+                    requests = "-"
             stats = lm.prefixes.stats if lm.prefixes is not None else None
             reused = "-" if stats is None else f"{stats.hits} of {stats.hits + stats.misses}"
-            results[store] = (fed.tokens, wall, rows_of(portfolios), reused)
-            print(f"# {name}, store {store}: {fed.tokens:,} tokens, {wall:.1f} s", file=sys.stderr, flush=True)
-        (t0, w0, r0, _), (t1, w1, r1, reused) = results["off"], results["on"]
-        match = same(r0, r1)
-        ok &= match
+            results[arm] = {"tokens": fed.tokens, "wall_s": round(wall, 1), "rows": rows_of(portfolios),
+                            "store": reused, "requests": requests}
+            print(f"# {name}, {arm}: {fed.tokens:,} tokens, {wall:.1f} s", file=sys.stderr, flush=True)
+        off, on = results["off"], results["on"]
+        differ = differing(off["rows"], on["rows"])
         policies = f"{len(conditions)} conditions x {len(cases)} cases"
-        print(f"| {name} | {policies} | off | {t0:,} | 1.000 | {w0:.1f} | 1.00 | - | - |")
-        print(f"| {name} | {policies} | on | {t1:,} | {t1 / t0:.3f} | {w1:.1f} | {w1 / w0:.2f} | {reused} | "
-              f"{'yes' if match else 'NO'} |", flush=True)
-    return 0 if ok else 1
+        print(f"| {name} | {policies} | off | {off['tokens']:,} | 1.000 | {off['wall_s']:.1f} | 1.00 | - | - | - |")
+        print(f"| {name} | {policies} | on | {on['tokens']:,} | {on['tokens'] / off['tokens']:.3f} | "
+              f"{on['wall_s']:.1f} | {on['wall_s'] / off['wall_s']:.2f} | {on['store']} | {on['requests']} | "
+              f"{differ} of {len(off['rows'])} |", flush=True)
+        table.append({"workload": name, "conditions": [c.name for c in conditions], "cases": len(cases),
+                      "shared": shared, "rounds": len(off["rows"]), "rows_differing": differ,
+                      **{f"{arm}_{key}": results[arm][key] for arm in ("off", "on")
+                         for key in ("tokens", "wall_s", "store", "requests")}})
+    if args.out is not None:
+        args.out.write_text(json.dumps({"machine": machine, "backend": lm.backend, "rows": table}, indent=2) + "\n")
+    return 0
 
 
 if __name__ == "__main__":

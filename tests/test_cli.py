@@ -82,6 +82,12 @@ def test_attribute_writes_one_line_per_request_in_order(good_run):
             assert row["response"] == request["response"]
 
 
+def test_progress_reaches_a_log_as_plain_lines(good_run):
+    # stderr is a pipe here, where rich draws no bar: the probe's progress still reaches it.
+    proc, _ = good_run
+    assert f"probing (loo): {len(REQUESTS)}/{len(REQUESTS)} (" in proc.stderr, proc.stderr
+
+
 def test_passage_spans_slice_the_prompt(good_run):
     _, out = good_run
     for row, request in zip(read_jsonl(out), REQUESTS, strict=True):

@@ -353,6 +353,29 @@ def test_reproduce_takes_another_generator_and_backend(tmp_path):
     spec = preset_spec("cpu-small", ASQA_ROOT, limit=2, model=str(gguf), backend="hf")
     assert [(m.name, m.source) for m in spec.models] == [("Other-Model.Q4_K_M", str(gguf.resolve()))]
     assert spec.settings.backend == "hf" and "backend: hf" in spec.text
-    assert preset_spec("cpu-small", ASQA_ROOT).settings.backend == "auto"
+    assert preset_spec("cpu-small", ASQA_ROOT).settings.backend == "hf"
     with pytest.raises(AscpError, match="backend"):
         preset_spec("cpu-small", ASQA_ROOT, backend="vulkan")
+
+
+@pytest.mark.skipif(not (ASQA_ROOT / "asqa" / "asqa_wikidpr_pools.json").is_file(),
+                    reason="the shared ASQA pools (../shared/data/asqa) are absent")
+@pytest.mark.parametrize(("given", "expected"), [(None, "OUT/requests.sqlite"), ("off", "off"),
+                                                 ("default", "default")])
+def test_reproduce_keeps_its_request_cache_in_the_run_store(tmp_path, monkeypatch, given, expected):
+    import ascp.experiments.run as run_module
+    from ascp.lm.request_cache import default_cache_path, resolve_cache_path
+    from ascp.report.reproduce import reproduce
+
+    seen = {}
+
+    def stop(spec, out, request_cache=None, **kwargs):
+        seen["cache"] = resolve_cache_path(request_cache)
+        raise RuntimeError("stopped before the run")
+
+    monkeypatch.setattr(run_module, "run_experiment", stop)
+    with pytest.raises(RuntimeError, match="stopped before the run"):
+        reproduce("cpu-small", tmp_path / "out", ASQA_ROOT, limit=1, request_cache=given)
+    want = {"OUT/requests.sqlite": tmp_path / "out" / "requests.sqlite", "off": None,
+            "default": default_cache_path()}[expected]
+    assert seen["cache"] == want

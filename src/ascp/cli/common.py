@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,7 +49,41 @@ def user_errors() -> Iterator[None]:
         raise typer.Exit(2) from None
 
 
+class LineProgress:
+    """Progress as plain lines, for a stderr that is not a terminal (a log file, CI, `nohup`), where
+    rich draws no bar: one line per task at most every `every` seconds, and one when it completes."""
+
+    def __init__(self, every: float = 30.0) -> None:
+        self.every = every
+        self.tasks: list[dict] = []
+
+    def __enter__(self) -> LineProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def add_task(self, description: str, total: int) -> int:
+        now = time.monotonic()
+        self.tasks.append({"description": description, "total": total, "done": 0, "start": now, "shown": now})
+        return len(self.tasks) - 1
+
+    def advance(self, task: int | None, n: float = 1) -> None:
+        if task is None:
+            return
+        t = self.tasks[task]
+        t["done"] += n
+        now = time.monotonic()
+        if now - t["shown"] >= self.every or t["done"] >= t["total"]:
+            t["shown"] = now
+            err.print(f"{t['description']}: {t['done']:g}/{t['total']} ({now - t['start']:.0f} s)", markup=False,
+                      highlight=False)
+
+
 def _progress():
+    """A rich bar on a terminal; plain lines (`LineProgress`) anywhere else."""
+    if not err.is_terminal:
+        return LineProgress()
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     return Progress(
@@ -122,8 +157,8 @@ def read_template(value: str | None) -> str | None:
 RequestCacheOpt = Annotated[
     str | None,
     typer.Option("--request-cache", help="Remember every generation and scored prompt in this SQLite file (or "
-                 "'default': $ASCP_HOME/requests.sqlite), so a rerun, an added condition or a resumed run feeds "
-                 "no pass already fed (docs/request-cache.md)."),
+                 "'default': $ASCP_HOME/requests.sqlite; 'off': none), so a rerun, an added condition or a "
+                 "resumed run feeds no pass already fed (docs/request-cache.md)."),
 ]
 
 

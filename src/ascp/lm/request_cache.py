@@ -62,9 +62,9 @@ def default_cache_path() -> Path:
 
 
 def resolve_cache_path(value: str | Path | None) -> Path | None:
-    """The cache file `--request-cache VALUE` names: None (off), `default`, a file, or a folder to
-    hold `requests.sqlite`."""
-    if value is None:
+    """The cache file `--request-cache VALUE` names: None or `off` (no cache), `default`, a file, or a
+    folder to hold `requests.sqlite`."""
+    if value is None or str(value) == "off":
         return None
     if str(value) == "default":
         return default_cache_path()

@@ -17,8 +17,8 @@ from ascp.report.claims import Claim
 
 
 def _grid(policy: str, k: int, T: int) -> str:
-    """A cpu-small grid cell: open-loop, probed with the bm25 proxy (see the preset's comment)."""
-    return f"{policy}(k={k},T={T},estimator=bm25)"
+    """A cpu-small grid cell (open-loop, probed with leave-one-out like every cell)."""
+    return f"{policy}(k={k},T={T})"
 
 
 PRESET_CLAIMS: dict[str, tuple[Claim, ...]] = {
@@ -95,8 +95,12 @@ def preset_spec(name: str, data_root: Path, limit: int | None = None, model: str
 
 def reproduce(name: str, out: str | Path, data_root: str | Path | None = None, limit: int | None = None,
               progress=None, on_start=None, n_boot: int = 10_000, model: str | None = None,
-              backend: str | None = None, embedder: str | None = None, request_cache: str | None = None):
-    """Run (or resume) the preset into `out`, then write `out/report` with the paper's signs checked."""
+              backend: str | None = None, embedder: str | None = None, request_cache: str | Path | None = None):
+    """Run (or resume) the preset into `out`, then write `out/report` with the paper's signs checked.
+
+    `request_cache`: the request cache file (`ascp.lm.request_cache`); None keeps it in the run store,
+    `out/requests.sqlite`, so the preset's conditions compute each shared request once and a resumed
+    or repeated run feeds nothing already fed; `"off"` runs without one."""
     from ascp.experiments.run import prepare, run_experiment
     from ascp.experiments.store import check_out_location
     from ascp.report import write_report
@@ -105,6 +109,8 @@ def reproduce(name: str, out: str | Path, data_root: str | Path | None = None, l
     root = Path(data_root) if data_root is not None else default_data_root()
     spec = preset_spec(name, root, limit, model=model, backend=backend, embedder=embedder)
     plan = prepare(spec)
+    if request_cache is None:
+        request_cache = Path(out) / "requests.sqlite"
     result = run_experiment(spec, out, plan=plan, progress=progress, on_start=on_start, request_cache=request_cache)
     report = write_report(out, n_boot=n_boot, claims=PRESET_CLAIMS[name],
                           title=f"ascp reproduce --preset {name}")
