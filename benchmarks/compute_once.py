@@ -16,14 +16,15 @@ generation feeds its prompts (less what the store restored) and its new tokens; 
 from the cache was computed in another batch, and llama.cpp's numbers move with batch neighbours:
 docs/request-cache.md).
 
-* demo: the bundled demo set, ascp, rotate and vanilla at k = 2, T = 4, 48 new tokens, exact LOO
-  (`ascp demo`);
+* demo: `ascp demo` as it ships: the first 2 questions of the bundled demo set, ascp, rotate and
+  vanilla at k = 2, T = 3, 48 new tokens, exact LOO; demo-full: all 6 questions at T = 4
+  (`ascp demo --questions 6 --T 4`);
 * cpu-small: the `cpu-small` preset's ten conditions (its estimators, 48 new tokens, batch size
   16) on the first `--queries` of its ASQA pools (dense order, pools of at least 24 passages);
 * cpu-small-bm25: the same with the grid cells (every condition but the k = 5, T = 5 comparison)
   probed with the bm25 proxy, as the preset did before its grid moved to exact LOO.
 
-    python benchmarks/compute_once.py [--queries 1] [--workloads demo,cpu-small,cpu-small-bm25]
+    python benchmarks/compute_once.py [--queries 1] [--workloads demo,demo-full,cpu-small,cpu-small-bm25]
         [--backend auto] [--shared requests|store] [--out FILE.json]
 """
 
@@ -100,10 +101,13 @@ def workloads(names: Sequence[str], queries: int) -> list[tuple[str, list, list[
     from ascp.experiments.spec import Settings
 
     out = []
-    if "demo" in names:
-        demo = Path(str(resources.files("ascp") / "resources" / "demo_cases.jsonl"))
-        conditions = [Condition.parse(f"{p}(k=2,T=4)") for p in ("ascp", "rotate", "vanilla")]
-        out.append(("demo", load_cases(demo, format="jsonl"), conditions, Settings(max_new_tokens=48)))
+    from ascp.cli.runs import DEMO_QUESTIONS, DEMO_T
+
+    demo_cases = load_cases(Path(str(resources.files("ascp") / "resources" / "demo_cases.jsonl")), format="jsonl")
+    for name, cases, T in (("demo", demo_cases[:DEMO_QUESTIONS], DEMO_T), ("demo-full", demo_cases, 4)):
+        if name in names:
+            conditions = [Condition.parse(f"{p}(k=2,T={T})") for p in ("ascp", "rotate", "vanilla")]
+            out.append((name, cases, conditions, Settings(max_new_tokens=48)))
     small = [name for name in names if name.startswith("cpu-small")]
     if small:
         preset = yaml.safe_load((Path(str(resources.files("ascp"))) / "resources" / "presets" / "cpu-small.yaml")
@@ -143,9 +147,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="also write the table's rows to this JSON file")
     args = parser.parse_args(argv)
     names = args.workloads.split(",")
-    unknown = sorted(set(names) - {"demo", "cpu-small", "cpu-small-bm25"})
+    unknown = sorted(set(names) - {"demo", "demo-full", "cpu-small", "cpu-small-bm25"})
     if unknown:
-        print(f"unknown workload {unknown[0]!r}; choose from demo, cpu-small, cpu-small-bm25.", file=sys.stderr)
+        print(f"unknown workload {unknown[0]!r}; choose from demo, demo-full, cpu-small, cpu-small-bm25.",
+              file=sys.stderr)
         return 2
     if any(n.startswith("cpu-small") for n in names) and not POOLS.is_file():
         print(f"ASQA pools {POOLS} not found; run from a checkout beside ../shared.", file=sys.stderr)

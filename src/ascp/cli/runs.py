@@ -190,9 +190,10 @@ def run(
             err.print(f"wrote {len(written)} ALCE result files into {alce_out}", markup=False, highlight=False)
 
 
-# 2 questions at T = 3: about a minute on 2 cores (the arithmetic: docs/results/compute-once); the
+# 2 questions at T = 3: about a minute on 2 cores (tokens and time: docs/results/compute-once); the
 # full set (--questions 6 --T 4) takes about 3.5 minutes.
 DEMO_QUESTIONS = 2
+DEMO_T = 3
 
 
 @app.command()
@@ -200,7 +201,7 @@ def demo(
     model: ModelOpt = "default",
     seed: SeedOpt = 0,
     k: Annotated[int, typer.Option("--k")] = 2,
-    T: Annotated[int, typer.Option("--T")] = 3,
+    T: Annotated[int, typer.Option("--T")] = DEMO_T,
     questions: Annotated[int, typer.Option("--questions", help="How many of the 6 bundled questions to run "
                                            "(6 with --T 4: the full demo, minutes on 2 cores).")] = DEMO_QUESTIONS,
     backend: BackendOpt = "auto",
