@@ -255,3 +255,14 @@ def test_demo_questions_out_of_range_is_one_sentence(cli, questions):
     assert result.exit_code == 2
     assert f"--questions {questions}: the demo set has 6 questions; give 1 to 6." in " ".join(result.output.split())
     assert "Traceback" not in result.output
+
+
+def test_line_progress_says_each_task_is_done_once(capsys):
+    from ascp.cli.common import LineProgress
+
+    bar = LineProgress(every=3600)
+    task = bar.add_task("rounds", total=2)
+    for step in (1, 1, 0):  # a last advance of 0 after the end prints nothing more
+        bar.advance(task, step)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("rounds: 2/2 ("), lines

@@ -74,8 +74,9 @@ class LineProgress:
         t = self.tasks[task]
         t["done"] += n
         now = time.monotonic()
-        if now - t["shown"] >= self.every or t["done"] >= t["total"]:
-            t["shown"] = now
+        finished = t["done"] >= t["total"]
+        if not t.get("finished") and (finished or now - t["shown"] >= self.every):
+            t["shown"], t["finished"] = now, finished
             err.print(f"{t['description']}: {t['done']:g}/{t['total']} ({now - t['start']:.0f} s)", markup=False,
                       highlight=False)
 
