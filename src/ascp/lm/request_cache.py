@@ -36,6 +36,7 @@ import hashlib
 import json
 import sqlite3
 import threading
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, astuple, dataclass
@@ -150,13 +151,7 @@ class RequestCache:
         self._db: sqlite3.Connection | None = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
-            db.execute("CREATE TABLE IF NOT EXISTS rows (key BLOB PRIMARY KEY, value BLOB NOT NULL, "
-                       "digest BLOB NOT NULL)")
-            db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA,))
-            schema = db.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone()[0]
+            db, schema = _open(self.path)
         except (sqlite3.Error, OSError) as exc:
             self._off(exc)
             return
@@ -228,6 +223,32 @@ class RequestCache:
         if self._db is not None:
             self._db.close()
             self._db = None
+
+
+def _open(path: Path, wait_s: float = 60.0) -> tuple[sqlite3.Connection, str]:
+    """Connect, switch to WAL and create the tables; returns (connection, the file's schema).
+
+    Processes opening one new file at once (Ray workers) contend for the journal-mode switch and
+    the first CREATE, where SQLite answers "database is locked" at once instead of calling its busy
+    handler: those attempts are retried for up to `wait_s` seconds."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        db = sqlite3.connect(path, timeout=wait_s, check_same_thread=False, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            db.execute("CREATE TABLE IF NOT EXISTS rows (key BLOB PRIMARY KEY, value BLOB NOT NULL, "
+                       "digest BLOB NOT NULL)")
+            db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA,))
+            return db, db.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone()[0]
+        except sqlite3.OperationalError as exc:
+            db.close()
+            if ("locked" not in str(exc) and "busy" not in str(exc)) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+        except BaseException:
+            db.close()
+            raise
 
 
 def _reason(exc: BaseException) -> str:
