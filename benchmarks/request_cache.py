@@ -36,7 +36,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compute_once import Fed, rows_of, same  # noqa: E402
+from compute_once import Fed, differing, rows_of  # noqa: E402
 from probe_speed import DEFAULT_POOLS  # noqa: E402
 
 
@@ -92,9 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     grown = run("grown (+mmr, ascp)", ["mmr", "ascp"], cached=True)
     reference["ascp@0.3"] = run("uncached", ["ascp"], cached=False, threshold=0.3)
     moved = run("threshold 0.3", ["ascp"], cached=True, threshold=0.3)
-    checks = {"cold cache": same(cold, reference["rotate+vanilla"]), "rerun": same(rerun, reference["rotate+vanilla"]),
-              "grown (+mmr, ascp)": same(grown, reference["mmr+ascp"]),
-              "threshold 0.3": same(moved, reference["ascp@0.3"])}
+    checks = {"cold cache": differing(cold, reference["rotate+vanilla"]) == 0,
+              "rerun": differing(rerun, reference["rotate+vanilla"]) == 0,
+              "grown (+mmr, ascp)": differing(grown, reference["mmr+ascp"]) == 0,
+              "threshold 0.3": differing(moved, reference["ascp@0.3"]) == 0}
     uncached_tokens = {row["policies"]: row["tokens fed"] for row in table if not row["cached"]}
     print()
     print("| scenario | policies | generations computed | scored prompts computed | tokens fed | x uncached "
