@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import re
 import warnings
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -31,6 +30,7 @@ import numpy as np
 
 from ascp.errors import AscpError, DiskError
 from ascp.jsonio import atomic_writer
+from ascp.lru import LRU
 
 EmbedFn = Callable[[Sequence[str]], np.ndarray]
 
@@ -76,8 +76,8 @@ class EmbeddingCache:
             raise ValueError("EmbeddingCache: a persistent cache keeps every text (no whole_calls, no size)")
         self.embed_fn, self.identity, self.whole_calls, self.size = embed_fn, identity, whole_calls, size
         self.path = Path(path) if path is not None else None
-        self.vectors: OrderedDict[str, np.ndarray] = OrderedDict()  # text key -> row
-        self._calls: OrderedDict[tuple[str, ...], np.ndarray] = OrderedDict()  # whole_calls: texts -> rows
+        self.vectors: LRU[str, np.ndarray] = LRU(max_items=size)  # text key -> row
+        self._calls: LRU[tuple[str, ...], np.ndarray] = LRU(max_items=size)  # whole_calls: texts -> rows
         self.hits = self.misses = 0
         self.discarded: str | None = None  # why a damaged file was not read, if one was
         self._stamp = identity  # the identity save() writes: this cache's, else the file's
@@ -94,23 +94,25 @@ class EmbeddingCache:
             return self._whole_call(texts)
         keys = [self.key(t) for t in texts]
         missing = sorted({k: t for k, t in zip(keys, texts, strict=True) if k not in self.vectors}.items())
+        fresh: dict[str, np.ndarray] = {}
         if missing:
-            fresh = np.asarray(self.embed_fn([t for _, t in missing])).reshape(len(missing), -1)
-            for (k, _), row in zip(missing, fresh, strict=True):
+            rows_in = np.asarray(self.embed_fn([t for _, t in missing])).reshape(len(missing), -1)
+            for (k, _), row in zip(missing, rows_in, strict=True):
                 # a persistent cache holds what its file holds (float32) from the first call on
-                self.vectors[k] = np.asarray(row, dtype=np.float32) if self.path is not None else row
+                fresh[k] = np.asarray(row, dtype=np.float32) if self.path is not None else row
             if self.path is not None:
                 self._dirty = True
         self.misses += len(missing)
         self.hits += len(keys) - len(missing)
         if not keys:
             return np.zeros((0, 0))
-        rows = [self.vectors[k] for k in keys]
-        if self.size is not None:
-            for k in keys:
-                self.vectors.move_to_end(k)
-            while len(self.vectors) > self.size:
-                self.vectors.popitem(last=False)
+        rows = [fresh[k] if k in fresh else self.vectors[k] for k in keys]
+        if self.size is None:  # unbounded: new texts appended in key order (the file's member order)
+            for k, row in fresh.items():
+                self.vectors.put(k, row)
+        else:  # bounded: every text of the call refreshed in call order, the last the most recent
+            for k, row in zip(keys, rows, strict=True):
+                self.vectors.put(k, row)
         return np.stack(rows).astype(np.float64)
 
     def _whole_call(self, texts: Sequence[str]) -> np.ndarray:
@@ -118,12 +120,9 @@ class EmbeddingCache:
         rows = self._calls.get(call)
         if rows is None:
             rows = np.asarray(self.embed_fn(list(call)))
-            self._calls[call] = rows
-            if self.size is not None and len(self._calls) > self.size:
-                self._calls.popitem(last=False)
+            self._calls.put(call, rows)
             self.misses += len(call)
         else:
-            self._calls.move_to_end(call)
             self.hits += len(call)
         return rows.astype(np.float64)  # a copy: callers may change it
 
@@ -136,7 +135,7 @@ class EmbeddingCache:
         stamp = {} if self._stamp is None else {self.IDENTITY_KEY: np.array(self._stamp)}
         try:
             with atomic_writer(self.path, mode="wb") as handle:
-                np.savez(handle, **self.vectors, **stamp)  # type: ignore[arg-type]
+                np.savez(handle, **dict(self.vectors.items()), **stamp)  # type: ignore[arg-type]
         except DiskError as exc:  # a cache is an optimisation: the results stand without it
             warnings.warn(f"{exc} The embedding cache was not saved (the old file, if any, is intact); the "
                           "results are unaffected.", UserWarning, stacklevel=2)
@@ -162,7 +161,8 @@ class EmbeddingCache:
             raise AscpError(f"the embedding cache {path} holds vectors of embedder {found!r}, not of "
                             f"--embedder {self.identity!r}; pass another --cache file (one per embedder).")
         self._stamp = self.identity if self.identity is not None else stored
-        self.vectors = OrderedDict(vectors)
+        for key, vector in vectors.items():
+            self.vectors.put(key, vector)
 
 
 def _read_npz(path: Path, identity_key: str) -> tuple[str | None, dict[str, np.ndarray]]:

@@ -20,17 +20,18 @@ Memory: entries are evicted least recently used first once their bytes exceed `m
 hundred ASQA-sized prompts on transformers' fp32 cache and twice that on llama.cpp's f16 cache; a
 7B model in bf16 about 128 KB). `--prefix-cache-mb`, the spec field `prefix_cache_mb` and
 `ascp.load_model(prefix_cache_mb=...)` set it per run; 0 turns the store off.
-`stats` counts hits, misses, prompt tokens not fed and evictions.
+`stats` counts hits, misses, prompt tokens not fed and evictions; only the store's own methods
+change them (`get`, `reused`, `put`).
 """
 
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 from ascp.errors import AscpError
+from ascp.lru import LRU
 
 __all__ = ["DEFAULT_MB", "PrefixEntry", "PrefixStats", "PrefixStore", "check_megabytes", "configure_prefixes",
            "fresh_prefixes", "prefix_store", "prefix_store_from_env"]
@@ -68,9 +69,12 @@ class PrefixStore:
         if max_bytes < 0:
             raise AscpError(f"the prefix store's limit must be at least 0 bytes, got {max_bytes}.")
         self.max_bytes = max_bytes
-        self.bytes = 0
         self.stats = PrefixStats()
-        self._entries: OrderedDict[tuple[int, ...], PrefixEntry] = OrderedDict()
+        self._entries: LRU[tuple[int, ...], PrefixEntry] = LRU(max_bytes=max_bytes, size_of=_entry_bytes)
+
+    @property
+    def bytes(self) -> int:
+        return self._entries.bytes
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -78,35 +82,40 @@ class PrefixStore:
     def __contains__(self, ids: object) -> bool:
         return ids in self._entries
 
-    def get(self, ids: tuple[int, ...], need_logits: bool = False) -> PrefixEntry | None:
-        """The entry of exactly these prompt ids (counted as a hit), or None (a miss)."""
-        entry = self._entries.get(ids)
+    def get(self, ids: tuple[int, ...], need_logits: bool = False, saves: int | None = None) -> PrefixEntry | None:
+        """The entry of exactly these prompt ids (counted as a hit that spares the caller `saves`
+        prompt tokens, default all of `ids`), or None (a miss)."""
+        entry = self._entries.peek(ids)
         if entry is None or (need_logits and entry.logits is None):
             self.stats.misses += 1
             return None
-        self._entries.move_to_end(ids)
+        self._entries.get(ids)  # now the most recent
         self.stats.hits += 1
+        self.stats.tokens_saved += len(ids) if saves is None else saves
         return entry
+
+    def reused(self, ids: tuple[int, ...], times: int) -> None:
+        """Count `times` further rows of one batch that reuse the prefill of `ids` (each a hit)."""
+        self.stats.hits += times
+        self.stats.tokens_saved += times * len(ids)
 
     def put(self, ids: tuple[int, ...], entry: PrefixEntry) -> None:
         """Keep `entry` for `ids` (replacing an entry without logits by one with them)."""
         if entry.nbytes > self.max_bytes:
             return
-        old = self._entries.pop(ids, None)
-        if old is not None:
-            self.bytes -= old.nbytes
-            if old.logits is not None and entry.logits is None:
-                entry = old
-        self._entries[ids] = entry
-        self.bytes += entry.nbytes
-        while self.bytes > self.max_bytes and self._entries:
-            _, evicted = self._entries.popitem(last=False)
-            self.bytes -= evicted.nbytes
-            self.stats.evictions += 1
+        old = self._entries.peek(ids)
+        if old is not None and old.logits is not None and entry.logits is None:
+            entry = old
+        evicted = self._entries.evictions
+        self._entries.put(ids, entry)
+        self.stats.evictions += self._entries.evictions - evicted
 
     def clear(self) -> None:
         self._entries.clear()
-        self.bytes = 0
+
+
+def _entry_bytes(entry: PrefixEntry) -> int:
+    return entry.nbytes
 
 
 def check_megabytes(value: object, where: str) -> float:

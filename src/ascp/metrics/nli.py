@@ -38,12 +38,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ascp.errors import AscpError
+from ascp.lru import LRU
 from ascp.metrics.answers import STOPWORDS, Matcher, normalize_answer
 from ascp.types import AnswerUnit, Case
 
@@ -173,7 +173,7 @@ class NLIClaimMatcher:
             max_length = limit if 0 < limit <= 100_000 else min(getattr(config, "max_position_embeddings", 512), 512)
         self.model, self.tokenizer, self.name = classifier, tokenizer, resolved
         self.batch_size, self.max_length, self.cache_size = batch_size, max_length, cache_size
-        self._cache: OrderedDict[tuple[str, str], bool] = OrderedDict()
+        self._cache: LRU[tuple[str, str], bool] = LRU(max_items=cache_size)
         self.pairs_scored = 0  # pairs sent to the model (cache misses), for tests and logs
 
     @property
@@ -186,16 +186,13 @@ class NLIClaimMatcher:
         keys = [(remove_citations(p), h) for p, h in pairs]
         todo = list(dict.fromkeys(k for k in keys if k not in self._cache))
         todo.sort(key=lambda k: len(k[0]) + len(k[1]))  # similar lengths share a batch: less padding
+        fresh: dict[tuple[str, str], bool] = {}
         for lo in range(0, len(todo), self.batch_size):
             batch = todo[lo : lo + self.batch_size]
-            for key, decision in zip(batch, self._decide(batch), strict=True):
-                self._cache[key] = decision
-        out = []
-        for key in keys:
-            out.append(self._cache[key])
-            self._cache.move_to_end(key)
-        while len(self._cache) > self.cache_size:
-            self._cache.popitem(last=False)
+            fresh.update(zip(batch, self._decide(batch), strict=True))
+        out = [fresh[key] if key in fresh else self._cache[key] for key in keys]
+        for key, decision in zip(keys, out, strict=True):  # in call order: the last pair is the most recent
+            self._cache.put(key, decision)
         return out
 
     def _decide(self, batch: Sequence[tuple[str, str]]) -> list[bool]:

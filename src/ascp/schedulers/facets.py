@@ -19,19 +19,21 @@ Definitions (docs/schedulers.md gives the reasoning from the paper):
 keyed by (case id, pool ids, embedder, n_facets), so every policy, condition and seed of a run
 (`ascp run`, `ascp demo`, the experiment executors, `ascp simulate`) shares the embeddings, facets
 and similarities of a case. A hit is taken only when the cached view was built from an equal
-`Case` by the same embedder object (the view holds it, so its id cannot be reused); the embedder
-is assumed deterministic, as every ascp embedder is. `clear_pool_views()` empties the cache.
+`Case` by the same embedder object (the key holds the object itself, so two embedders never share
+a view, even one created after the other was collected); the embedder is assumed deterministic, as
+every ascp embedder is. `clear_pool_views()` empties the cache.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
+from ascp.lru import LRU
 from ascp.schedulers.base import EmbedFn, Facets, PoolView
 from ascp.types import Case
 
@@ -142,7 +144,23 @@ def pool_view_from_embeddings(
 
 
 POOL_VIEW_CACHE_SIZE = 1024  # views kept per process, least recently used dropped first
-_VIEWS: OrderedDict[tuple[int, str, tuple[str, ...], int | None], PoolView] = OrderedDict()
+
+
+@dataclass(frozen=True, eq=False)
+class _SameObject:
+    """A cache-key part equal only to the very same object; holding it, the key keeps the object
+    alive, so its identity cannot pass to another (unlike `id(obj)`), and unhashable callables work."""
+
+    obj: object
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _SameObject) and other.obj is self.obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+
+_VIEWS: LRU[tuple[_SameObject, str, tuple[str, ...], int | None], PoolView] = LRU(max_items=POOL_VIEW_CACHE_SIZE)
 _VIEWS_LOCK = threading.Lock()  # the API may be called from threads; building happens outside it
 
 
@@ -159,11 +177,11 @@ def build_pool_view(case: Case, embed_fn: EmbedFn, n_facets: int | None = None) 
     `embed_fn(texts)` returns unit-normalised rows (e.g. `ascp.embed.embedders.embed`); it is kept on the
     view for the policies that embed responses.
     """
-    key = (id(embed_fn), case.id, tuple(p.id for p in case.pool), n_facets)
+    key = (_SameObject(embed_fn), case.id, tuple(p.id for p in case.pool), n_facets)
     with _VIEWS_LOCK:
-        view = _VIEWS.get(key)
-        if view is not None and view.embed_fn is embed_fn and view.case == case:
-            _VIEWS.move_to_end(key)
+        view = _VIEWS.peek(key)
+        if view is not None and view.case == case:
+            _VIEWS.get(key)  # now the most recent
             return view
     texts: Sequence[str] = [case.question, *(p.full_text for p in case.pool)]
     vectors = np.array(embed_fn(texts), dtype=np.float64)  # our copy: shared views are read-only
@@ -171,8 +189,6 @@ def build_pool_view(case: Case, embed_fn: EmbedFn, n_facets: int | None = None) 
     for array in (vectors, view.embeddings, view.query_embedding, view.relevance, view.similarity):
         array.setflags(write=False)  # one policy cannot change what the next one reads
     with _VIEWS_LOCK:
-        _VIEWS[key] = view
-        _VIEWS.move_to_end(key)
-        while len(_VIEWS) > POOL_VIEW_CACHE_SIZE:
-            _VIEWS.popitem(last=False)
+        _VIEWS.max_items = POOL_VIEW_CACHE_SIZE  # read per call, so the bound can be changed at run time
+        _VIEWS.put(key, view)
     return view
