@@ -438,3 +438,64 @@ def test_every_public_name_of_the_package_resolves() -> None:
         ascp.no_such_name  # noqa: B018
     with pytest.raises(AttributeError):
         schedulers.NO_SUCH_NAME  # noqa: B018
+
+
+# ----- facts declared by the estimator, read by every later stage ---------------------------------
+def _same_facts(base: type[Estimator], name: str) -> type[Estimator]:
+    """A user's copy of a built-in estimator class: the same declarations under another name."""
+    return type(f"Copy{base.__name__}", (base,), {"name": name, "__module__": "user_estimators"})
+
+
+def _unit_record(estimator: str, k: int, case_id: str, used_share: float) -> dict:
+    from ascp.types import Round
+
+    ids = tuple(f"d{i}" for i in range(k))
+    n_used = max(1, round(used_share * k))
+    scores = {pid: (1.0 / n_used if i < n_used else 0.0) for i, pid in enumerate(ids)}
+    rnd = Round(round=1, context=ids, response="r", response_tokens=3, scores=scores, normalized=scores,
+                used=ids[:n_used], seconds=0.1, prompt_tokens=50, generation_seconds=0.05)
+    return {"task": "toy", "model": "m", "seed": 0, "case_id": case_id, "condition": f"rotate(k={k},T=1)",
+            "policy": "rotate", "scheduler": "rotate", "k": k, "T": 1, "arm": None, "estimator": estimator,
+            "instruction": "commit", "steer": None, "eta": None, "pr": 0.5, "rounds": [rnd.to_json()]}
+
+
+@pytest.mark.parametrize("builtin", ["loo", "contextcite", "bm25", "yd-cosine"])
+def test_a_registered_estimator_is_reported_rendered_and_tabled_as_the_builtin(registry, builtin) -> None:
+    """Reports, views and the validation read an estimator's declarations, never its name: a copy of a
+    built-in's class registered under another name is treated exactly as the built-in."""
+    from ascp.attribution import estimator_facts
+    from ascp.render.rows import score_unit
+    from ascp.report.frame import unit_frame
+    from ascp.report.tables import elasticity_groups
+    from ascp.validation.analysis import query_proxies
+
+    base = type(make_estimator(builtin))
+    register_estimator("my-copy", _same_facts(base, "my-copy"))
+    facts, copy = estimator_facts(builtin), estimator_facts("my-copy")
+    assert {**facts.__dict__, "name": "my-copy"} == copy.__dict__
+    assert score_unit("my-copy") == score_unit(builtin)
+    assert query_proxies([builtin, "my-copy"]) == ((builtin, "my-copy") if not facts.reads_response else ())
+
+    def frame(name):
+        records = [_unit_record(name, k, f"q{i}", share) for i in range(3) for k, share in ((2, 1.0), (4, 0.5))]
+        return unit_frame(records, used_threshold=0.2)
+
+    mine, theirs = frame("my-copy"), frame(builtin)
+    cols = ["ecr_thresholded", "used_thresholded", "used_fraction", "used_fraction_invariant"]
+    assert mine[cols].equals(theirs[cols])
+    assert mine["ecr_thresholded"].notna().all() == facts.nats_per_token
+    assert len(elasticity_groups(mine)) == len(elasticity_groups(theirs)) == (1 if facts.causal else 0)
+
+
+def test_a_seeded_estimator_gets_its_seed_from_the_probe_settings(registry) -> None:
+    """`needs_seed` (not the name contextcite) decides who receives the caller's seed."""
+    from ascp.attribution.contextcite import ContextCite
+    from ascp.attribution.probe import ProbeSettings
+
+    register_estimator("my-cc", _same_facts(ContextCite, "my-cc"))
+    assert ProbeSettings("my-cc").build(seed=7).seed == 7
+    assert ProbeSettings("my-cc", {"seed": 3}).build(seed=7).seed == 3  # an explicit option wins
+    assert ProbeSettings("contextcite").build(seed=7).seed == 7
+    assert not hasattr(ProbeSettings("loo").build(seed=7), "seed")
+    with pytest.raises(AscpError, match="unknown option"):
+        ProbeSettings("loo", {"num_ablations": 3})

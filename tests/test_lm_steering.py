@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ascp.attribution.base import Estimator, Scores
+from ascp.attribution.probe import ProbeSettings
 from ascp.errors import AscpError
 from ascp.lm.hf import SamplingConfig, generate, generate_streams
 from ascp.lm.steering import (
@@ -365,7 +366,7 @@ def test_loop_with_alpha_0_eta_0_reproduces_the_unsteered_run(tiny_lm, policy):
 def test_loop_steers_from_round_2_with_the_earlier_used_passages(tiny_lm, policy, expected_overused):
     cases = [_loop_case("a")]
     config = LoopConfig(policy=policy, k=2, T=3, sampling=LOOP_SAMPLING, seed=2, steer=SteerConfig(),
-                        threshold=0.5)
+                        probe=ProbeSettings(threshold=0.5))
     steered = run_portfolios(tiny_lm, cases, config, _embed, estimator=FirstPassageEstimator())[0]
     plain = run_portfolios(tiny_lm, cases, LoopConfig(**{**config.__dict__, "steer": None}), _embed,
                            estimator=FirstPassageEstimator())[0]
@@ -382,7 +383,7 @@ def test_loop_steering_when_O_covers_the_whole_context(tiny_lm):
             return Scores(np.ones(len(item.passages)))
 
     config = LoopConfig(policy="vanilla", k=2, T=2, sampling=LOOP_SAMPLING, seed=2, steer=SteerConfig(),
-                        threshold=0.5)
+                        probe=ProbeSettings(threshold=0.5))
     portfolio = run_portfolios(tiny_lm, [_loop_case("a")], config, _embed, estimator=AllUsed())[0]
     assert [(r.steered, r.overused) for r in portfolio.rounds] == [(False, 0), (True, 2)]
 
@@ -395,7 +396,7 @@ def test_steered_stream_that_does_not_fit_is_a_clear_error(tiny_lm):
     one = tiny_lm.encode_prompt(case.question, case.pool[:1]).num_tokens
     three = tiny_lm.encode_prompt(case.question, case.pool[:3]).num_tokens
     small = tiny_language_model(seed=0, context_window=(one + three) // 2 + 4)
-    config = LoopConfig(policy="rotate", k=1, T=4, sampling=SamplingConfig(max_new_tokens=4), threshold=0.5,
+    config = LoopConfig(policy="rotate", k=1, T=4, sampling=SamplingConfig(max_new_tokens=4), probe=ProbeSettings(threshold=0.5),
                         steer=SteerConfig())
     with pytest.raises(AscpError, match=r"round [34] \(O only\).*context window"):
         run_portfolios(small, [case], config, _embed, estimator=FirstPassageEstimator())
@@ -463,11 +464,11 @@ def test_cli_bad_steering_values_exit_2_with_one_sentence(tmp_path, extra, messa
 
 
 def test_preallocated_cache_layer_grows_and_matches_concatenation():
-    from ascp.lm.hf import _roomy_layer_class
+    from ascp.lm.kvcache import roomy_layer_class
 
     torch.manual_seed(0)
     start = torch.randn(2, 3, 5, 4)
-    layer = _roomy_layer_class()(torch.cat([start, torch.zeros(2, 3, 2, 4)], dim=2), torch.zeros(2, 3, 7, 4), 5)
+    layer = roomy_layer_class()(torch.cat([start, torch.zeros(2, 3, 2, 4)], dim=2), torch.zeros(2, 3, 7, 4), 5)
     expected = start
     for n in (1, 1, 3, 1):  # the third update overflows the room of 2 and doubles the buffer
         new = torch.randn(2, 3, n, 4)

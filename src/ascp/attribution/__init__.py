@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from ascp.attribution.base import Estimator
@@ -20,6 +21,10 @@ from ascp.plugins import load_plugins
 from ascp.reading import free_threshold, normalize, used_mask
 
 _BUILTIN_NAMES = ("loo", "replace", "hierarchical", "contextcite", "bm25", "qd-cosine", "yd-cosine")
+DEFAULT_ESTIMATOR = "loo"
+"""The causal probe of the paper (Eq. 3): what every command and the API use unless told otherwise."""
+VALIDATION_ESTIMATORS = ("loo", "replace", "contextcite", "bm25", "qd-cosine", "yd-cosine")
+"""The estimators `ascp validate-probe` compares by default (Fig. 3's set)."""
 _REGISTERED: dict[str, Callable[..., Estimator]] = {}  # a user's own, in registration order
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 
@@ -40,7 +45,7 @@ def _registry() -> dict[str, Callable[..., Estimator]]:
     from ascp.attribution.contextcite import ContextCite
     from ascp.attribution.hierarchical import HierarchicalLOO
     from ascp.attribution.loo import LeaveOneOut, Replacement
-    from ascp.attribution.proxies import BM25Proxy, CosineProxy
+    from ascp.attribution.proxies import BM25Proxy, QuestionCosine, ResponseCosine
 
     return {
         "loo": LeaveOneOut,
@@ -48,8 +53,8 @@ def _registry() -> dict[str, Callable[..., Estimator]]:
         "hierarchical": HierarchicalLOO,
         "contextcite": ContextCite,
         "bm25": BM25Proxy,
-        "qd-cosine": lambda **kw: CosineProxy("question", **kw),
-        "yd-cosine": lambda **kw: CosineProxy("response", **kw),
+        "qd-cosine": QuestionCosine,
+        "yd-cosine": ResponseCosine,
         **_REGISTERED,
     }
 
@@ -122,12 +127,52 @@ def _resolve(name: str) -> Callable[..., Estimator]:
 
 def estimator_params(name: str) -> tuple[Param, ...]:
     """The declared parameters of an estimator."""
-    from ascp.attribution.proxies import CosineProxy
+    return tuple(getattr(_resolve(name), "params", ()))
 
+
+@dataclass(frozen=True)
+class EstimatorFacts:
+    """What an estimator declares about its scores (`Estimator`'s class attributes), by name."""
+
+    name: str
+    uses_model: bool
+    causal: bool
+    nats_per_token: bool
+    reads_response: bool
+    needs_seed: bool
+    needs_embedder: bool
+
+    @property
+    def unit(self) -> str:
+        """The unit of its raw scores as views print it."""
+        return "nats/token" if self.nats_per_token else "score"
+
+
+_FACTS = ("uses_model", "causal", "nats_per_token", "reads_response", "needs_seed", "needs_embedder")
+
+
+def estimator_facts(name: str) -> EstimatorFacts:
+    """The declarations of the estimator registered as `name` (unknown names: one `AscpError`).
+
+    Read from the class without building an estimator; a registered factory function is called once
+    with its declared defaults (estimators hold only their settings, so that is cheap).
+    """
     factory = _resolve(name)
-    if name in ("qd-cosine", "yd-cosine"):
-        return CosineProxy.params
-    return tuple(getattr(factory, "params", ()))
+    holder: Any = factory
+    if not isinstance(factory, type):
+        holder = factory(**{p.name: p.default for p in getattr(factory, "params", ())})
+    return EstimatorFacts(name, *(bool(getattr(holder, fact, getattr(Estimator, fact))) for fact in _FACTS))
+
+
+def recorded_facts(name: Any) -> EstimatorFacts | None:
+    """`estimator_facts` for a name read back from a results file; None when no estimator of that name
+    is registered in this process (a plugin not loaded): such rows are reported as of unknown scale."""
+    if not isinstance(name, str):
+        return None
+    try:
+        return estimator_facts(name)
+    except AscpError:
+        return None
 
 
 def make_estimator(name: str, **options: Any) -> Estimator:
@@ -143,5 +188,6 @@ def make_estimator(name: str, **options: Any) -> Estimator:
     return estimator
 
 
-__all__ = ["ESTIMATOR_NAMES", "Estimator", "estimator_names", "estimator_params", "free_threshold",
-           "make_estimator", "normalize", "register_estimator", "used_mask"]
+__all__ = ["DEFAULT_ESTIMATOR", "ESTIMATOR_NAMES", "VALIDATION_ESTIMATORS", "Estimator", "EstimatorFacts",
+           "estimator_facts", "estimator_names", "estimator_params", "free_threshold", "make_estimator", "normalize",
+           "recorded_facts", "register_estimator", "used_mask"]

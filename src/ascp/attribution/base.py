@@ -51,10 +51,32 @@ class Scores:
 
 
 class Estimator(ABC):
-    """One attribution estimator. `uses_model` is False for proxies that never run the LM."""
+    """One attribution estimator, with the facts every later stage reads declared here, once.
+
+    Reports, renderers and the validation read these declarations, never an estimator's name, so a
+    registered estimator with the same declarations is treated exactly as a built-in:
+
+    uses_model: it runs the model (False for relevance proxies that never call it).
+    causal: its scores come from the model's likelihood of the response under context ablations
+        (leave-one-out, replacement, hierarchical, ContextCite), not from text relevance.
+    nats_per_token: its raw score of a passage is the drop in mean per-token log-likelihood of the
+        response when that passage is removed, the scale the width-invariant used threshold is
+        calibrated on; only such estimators get the tables' thresholded ECR and the "nats/token"
+        unit.
+    reads_response: its scores depend on the response (False for question-passage relevance proxies:
+        the "query-relevance proxies" of the paper's reversal claim, Sec. 4.2).
+    needs_seed: it draws random numbers and takes a `seed` option (a per-request seed is derived for it
+        where a caller probes many requests).
+    needs_embedder: it embeds text and takes an `embedder` option (`--embedder`).
+    """
 
     name: str = ""
     uses_model: bool = True
+    causal: bool = False
+    nats_per_token: bool = False
+    reads_response: bool = True
+    needs_seed: bool = False
+    needs_embedder: bool = False
     params: tuple[Param, ...] = ()  # its options, declared once (`ascp estimators` prints them)
 
     @abstractmethod

@@ -29,6 +29,9 @@ def logit_prob(sequence_logprob: float) -> float:
 
 class ContextCite(Estimator):
     name = "contextcite"
+    causal = True
+    nats_per_token = False  # Lasso weights of a surrogate, not a measured drop: no calibrated threshold
+    needs_seed = True
     params = (
         Param("num_ablations", int, 64, "random ablation masks"),
         Param("keep_prob", float, 0.5, "probability that a mask keeps each passage"),

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 class HierarchicalLOO(Estimator):
     name = "hierarchical"
+    causal = True
+    nats_per_token = True  # refined passages exactly as `loo`; the rest a group's drop per passage
     params = (
         Param("group_size", int, None, "passages per group (none: ceil(sqrt(k)))", optional=True),
         Param("refine_top", int, 2, "groups with the largest positive drop refined passage by passage"),

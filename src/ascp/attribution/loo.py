@@ -29,6 +29,8 @@ class LeaveOneOut(Estimator):
     """Deletion LOO. `reuse_prefix=False` gives the naive k+1 full passes (the reference)."""
 
     name = "loo"
+    causal = True
+    nats_per_token = True
     params: tuple[Param, ...] = (REUSE_PREFIX,)
 
     def __init__(self, reuse_prefix: bool = True) -> None:

@@ -1,25 +1,36 @@
-"""Run an estimator over attribution requests: the fixed-target and the free protocol.
+"""The probe step, written once: (prompt, fixed response, estimator) -> a reading.
 
-Fixed target: the request carries the response; it is tokenised and scored as given.
-Free protocol: `response` is None; the model first samples it (batched across requests, one
-seed per request derived from the run seed and the request id), then the response text it
-decoded is scored as `tokenizer(text)` (canonical, like every prompt; almost always the sampled
-ids themselves, without the end-of-turn token).
+`probe_response` is the one step every caller runs: `ascp attribute` and `ascp.Probe`
+(`attribute_one`), the closed loop (`ascp.loop.portfolios`), `ascp validate-probe`
+(`ascp.validation.experiment`), the experiments and the evaluation-framework metrics (through
+`ascp.Probe`). Callers only choose what to probe; `ProbeSettings` (estimator, its options, the used
+threshold) is the one settings object of the probe, held by `ProbeConfig`, the loop's `LoopConfig`,
+the experiment plans and the validation's estimator list.
+
+Protocols of `ascp attribute`: fixed target: the request carries the response; it is tokenised and
+scored as given. Free protocol: `response` is None; the model first samples it (batched across
+requests, one seed per request derived from the run seed and the request id), then the response
+text it decoded is scored as `tokenizer(text)` (canonical, like every prompt; almost always the
+sampled ids themselves, without the end-of-turn token).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from ascp.attribution import DEFAULT_ESTIMATOR, estimator_facts, estimator_params, make_estimator
 from ascp.attribution.base import Estimator, ProbeInput
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
 from ascp.lm.prompts import PromptTemplate
 from ascp.lm.sampling import SamplingConfig, derive_seed
-from ascp.reading import check_threshold, read_scores
+from ascp.params import validate
+from ascp.reading import Reading, check_threshold, read_scores
 from ascp.types import AttributionRequest, AttributionResult, TokenLogprobs
 
 if TYPE_CHECKING:
@@ -27,16 +38,79 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class ProbeSettings:
+    """How a fixed response is probed: the estimator by name, its options, the used threshold.
+
+    threshold: None: the free-generation threshold tau(k) = 0.555 k^-0.633 on normalised scores; a
+    number in [0, 1]: a fixed threshold. Names and options are checked here (one `AscpError`
+    naming the field), so a bad setting fails before any model loads.
+    """
+
+    estimator: str = DEFAULT_ESTIMATOR
+    options: Mapping[str, Any] = field(default_factory=dict)
+    threshold: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.estimator, str):
+            raise AscpError(f"estimator must be a name such as loo or bm25 (see `ascp estimators`), got a "
+                            f"{type(self.estimator).__name__}.")
+        check_threshold(self.threshold)
+        options = validate(f"estimator {self.estimator!r}", estimator_params(self.estimator), dict(self.options))
+        object.__setattr__(self, "options", options)
+
+    def build(self, seed: int | None = None) -> Estimator:
+        """The estimator; `seed` becomes its `seed` option when it declares one (`needs_seed`) and the
+        options give none."""
+        options = dict(self.options)
+        if seed is not None and estimator_facts(self.estimator).needs_seed:
+            options.setdefault("seed", seed)
+        return make_estimator(self.estimator, **options)
+
+
+@dataclass(frozen=True)
 class ProbeConfig:
+    """`ascp attribute` / `ascp.Probe`: how missing responses are generated, and the probe's settings."""
+
     template: PromptTemplate = PromptTemplate()
     sampling: SamplingConfig = SamplingConfig()
     seed: int = 0
-    # None: the free-generation threshold tau(k) = 0.555 k^-0.633; a number in [0, 1]: a fixed threshold.
-    threshold: float | None = None
     batch_size: int = 8
+    probe: ProbeSettings = field(default_factory=ProbeSettings)
 
-    def __post_init__(self) -> None:
-        check_threshold(self.threshold)
+
+@dataclass(frozen=True)
+class ProbeReading:
+    """What one probe step returns: the reading by passage id (raw -> normalised -> used), the raw
+    scores in context order, the wall time and the tokens the estimator fed the model, and, for
+    single-passage ablation estimators on a backend that gives token spans, the per-token
+    log-probabilities behind the reading (`AttributionResult.for_span`)."""
+
+    reading: Reading
+    raw: np.ndarray
+    seconds: float
+    tokens_processed: int
+    token_logprobs: TokenLogprobs | None = None
+
+
+def probe_response(lm: LanguageModel, estimator: Estimator, item: ProbeInput,
+                   threshold: float | None = None) -> ProbeReading:
+    """THE probe step: score every passage of `item` for its fixed response and read the scores.
+
+    An empty response relies on nothing: every score is 0 and the model is not called."""
+    ids = [p.id for p in item.passages]
+    start = time.perf_counter()
+    if not item.response_ids:
+        raw, tokens, token_logprobs = np.zeros(len(ids)), 0, None
+    else:
+        scored = estimator.score(lm, item)
+        raw, tokens = np.asarray(scored.values, dtype=np.float64), scored.tokens_processed
+        token_logprobs = None
+        if scored.full_logprobs is not None and scored.ablated_logprobs is not None:
+            spans = lm.response_token_spans(item.response_text) if hasattr(lm, "response_token_spans") else None
+            if spans is not None:
+                token_logprobs = TokenLogprobs(scored.full_logprobs, scored.ablated_logprobs, tuple(spans))
+    seconds = time.perf_counter() - start
+    return ProbeReading(read_scores(ids, raw, threshold), raw, seconds, tokens, token_logprobs)
 
 
 def sample_responses(
@@ -87,15 +161,9 @@ def prepare_inputs(
 
 def attribute_one(lm: LanguageModel, estimator: Estimator, request: AttributionRequest, item: ProbeInput,
                   config: ProbeConfig) -> AttributionResult:
-    """Score one prepared request and package the result."""
-    start = time.perf_counter()
-    scored = estimator.score(lm, item)
-    seconds = time.perf_counter() - start
-    reading = read_scores([p.id for p in request.passages], scored.values, config.threshold)
-    token_logprobs = None
-    spans = getattr(lm, "response_token_spans", None)
-    if scored.full_logprobs is not None and scored.ablated_logprobs is not None and callable(spans):
-        token_logprobs = TokenLogprobs(scored.full_logprobs, scored.ablated_logprobs, tuple(spans(item.response_text)))
+    """Probe one prepared request and package the result."""
+    probed = probe_response(lm, estimator, item, config.probe.threshold)
+    reading = probed.reading
     return AttributionResult(
         id=request.id,
         estimator=estimator.name,
@@ -106,7 +174,7 @@ def attribute_one(lm: LanguageModel, estimator: Estimator, request: AttributionR
         used=reading.used,
         prompt=item.prompt.text,
         passage_spans=item.prompt.passage_char_spans(),
-        seconds=seconds,
+        seconds=probed.seconds,
         threshold=reading.threshold,
-        token_logprobs=token_logprobs,
+        token_logprobs=probed.token_logprobs,
     )

@@ -8,12 +8,15 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from ascp.errors import AscpError
+
+if TYPE_CHECKING:
+    from ascp.lm.protocol import LanguageModel
 
 app = typer.Typer(
     add_completion=False,
@@ -111,9 +114,9 @@ def _experiment_progress(label: str):
 
 
 Input = Annotated[Path, typer.Option("--input", help="JSONL of requests: id, question, passages, response (or null).")]
-EstimatorOpt = Annotated[
-    str, typer.Option("--estimator", help="loo, replace, hierarchical, contextcite, bm25, qd-cosine or yd-cosine.")
-]
+EstimatorOpt = Annotated[str | None, typer.Option(
+    "--estimator", help="The probe's estimator (default: loo, the causal leave-one-out probe; `ascp estimators` "
+    "lists every registered one with its options).")]
 OutOpt = Annotated[Path, typer.Option("--out", help="Output JSONL, one result per request (written atomically).")]
 ModelOpt = Annotated[
     str,
@@ -139,7 +142,8 @@ EmbedderOpt = Annotated[str, typer.Option(
 EmbedderOverrideOpt = Annotated[str | None, typer.Option(
     "--embedder", help=f"Replace the spec's embedder (facets, dense re-ranking, diversity): {_EMBEDDER_HELP}.")]
 ProxyEmbedderOpt = Annotated[str | None, typer.Option(
-    "--embedder", help=f"Embedder of the qd-cosine and yd-cosine estimators (default: default): {_EMBEDDER_HELP}.")]
+    "--embedder", help=f"Embedder of the estimators that embed text, qd-cosine and yd-cosine (default: default): "
+    f"{_EMBEDDER_HELP}.")]
 
 
 def read_template(value: str | None) -> str | None:
@@ -171,17 +175,13 @@ PrefixCacheOpt = Annotated[
 ]
 
 
-def cache_summary(lm: object, label: str | None = None) -> None:
+def cache_summary(lm: LanguageModel, label: str | None = None) -> None:
     """What the request cache and the prefix store saved, one line each, after a run; `label` names
     the cache (default: its path)."""
-    from ascp.lm.request_cache import CachedModel
+    from ascp.lm.request_cache import savings
 
-    if isinstance(lm, CachedModel):
-        err.print(f"{label or f'request cache {lm.cache.path}'}: {lm.cache.stats.summary()}", markup=False,
-                  highlight=False)
-    store = getattr(lm, "prefixes", None)
-    if store is not None and (store.stats.hits or store.stats.misses):
-        err.print(store.stats.summary(), markup=False, highlight=False)
+    for line in savings(lm, label):
+        err.print(line, markup=False, highlight=False)
 
 
 ThresholdOpt = Annotated[

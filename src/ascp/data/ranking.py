@@ -16,7 +16,7 @@ from dataclasses import replace
 import numpy as np
 
 from ascp.errors import AscpError
-from ascp.types import Case
+from ascp.types import Case, Passage
 
 RANKERS = ("given", "dense", "bm25")
 
@@ -28,9 +28,19 @@ def _dense_scores(case: Case, embed_fn: Callable[[Sequence[str]], np.ndarray] | 
     return vectors[1:] @ vectors[0]
 
 
-def _bm25_scores(case: Case, embed_fn: object = None) -> np.ndarray:
-    from ascp.attribution.proxies import bm25_scores
+def bm25_scores(question: str, passages: Sequence[Passage]) -> np.ndarray:
+    """BM25 of each passage for the question, the passages being the collection."""
+    import bm25s
 
+    corpus = bm25s.tokenize([p.full_text for p in passages], stopwords="en", show_progress=False)
+    retriever = bm25s.BM25(k1=1.5, b=0.75)
+    retriever.index(corpus, show_progress=False)
+    query = bm25s.tokenize([question], stopwords="en", show_progress=False, return_ids=False)[0]
+    # get_scores takes the query as a list of token strings known to the index vocabulary.
+    return np.asarray(retriever.get_scores(query), dtype=np.float64)
+
+
+def _bm25_scores(case: Case, embed_fn: object = None) -> np.ndarray:
     return bm25_scores(case.question, case.pool)
 
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ascp.attribution import make_estimator
 from ascp.attribution.base import Estimator, ProbeInput
+from ascp.attribution.probe import ProbeSettings, probe_response
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
 from ascp.lm.prefixes import fresh_prefixes
@@ -36,8 +36,8 @@ from ascp.lm.prompts import PromptTemplate
 from ascp.lm.protocol import LanguageModel
 from ascp.lm.sampling import SamplingConfig, derive_seed
 from ascp.lm.steering import SteerConfig, SteerStreams, generate_steered, overused_set, steer_prompts
-from ascp.reading import check_threshold, read_scores
-from ascp.schedulers import make_scheduler
+from ascp.reading import Reading
+from ascp.schedulers import check_scheduler, make_scheduler
 from ascp.schedulers.base import RoundFeedback, Scheduler, Selection
 from ascp.schedulers.facets import build_pool_view
 from ascp.types import Case, Portfolio, Round
@@ -49,14 +49,16 @@ generation, so an absurd T would fill memory before any work; the paper's T is 5
 
 @dataclass(frozen=True)
 class LoopConfig:
+    """One policy's run: the scheduler spec, k, T, the probe's settings, generation and steering.
+    Building it checks every field (one `AscpError` sentence), so the edges build it first."""
+
     policy: str
     k: int
     T: int
-    estimator: str = "loo"
+    probe: ProbeSettings = field(default_factory=ProbeSettings)  # estimator, its options, used threshold
     seed: int = 0
     sampling: SamplingConfig = SamplingConfig()
     template: PromptTemplate = PromptTemplate()
-    threshold: float | None = None  # None: tau(k) = 0.555 k^-0.633 on normalised scores
     batch_size: int = 8
     scheduler_options: dict = field(default_factory=dict)
     steer: SteerConfig | None = None  # None: ordinary decoding in every round
@@ -68,7 +70,14 @@ class LoopConfig:
         if self.T > MAX_ROUNDS:
             raise AscpError(f"T={self.T} rounds per case is more than ascp runs (at most {MAX_ROUNDS}); give a "
                             "smaller T.")
-        check_threshold(self.threshold)
+        check_scheduler(self.policy)  # the name and its options, before any model loads
+
+
+def check_pools(cases: Sequence[Case], k: int) -> None:
+    """Refuse, in one sentence, a case whose pool holds fewer than k passages (before any model loads)."""
+    for case in cases:
+        if len(case.pool) < k:
+            raise AscpError(f"case {case.id!r}: its pool has {len(case.pool)} passages, fewer than k={k}.")
 
 
 @dataclass
@@ -88,12 +97,11 @@ def run_portfolios(
     estimator: Estimator | None = None,
 ) -> list[Portfolio]:
     """Run T rounds of `config.policy` on every case; `progress(n)` is called per finished round."""
-    estimator = estimator or make_estimator(config.estimator)
+    estimator = estimator or config.probe.build()
     fresh_prefixes(lm)  # prompts are shared within this run, which computes the same whatever ran before
+    check_pools(cases, config.k)
     schedulers: dict[str, Scheduler] = {}
     for case in cases:
-        if len(case.pool) < config.k:
-            raise AscpError(f"case {case.id!r}: its pool has {len(case.pool)} passages, fewer than k={config.k}.")
         view = build_pool_view(case, embed_fn)
         rng = np.random.default_rng(derive_seed(config.seed, case.id, "scheduler"))
         options = dict(config.scheduler_options)
@@ -150,16 +158,14 @@ def _run_jobs(lm: LanguageModel, jobs: list[_Job], config: LoopConfig, estimator
     seeds = [derive_seed(config.seed, job.case.id, job.round) for job in jobs]
     gens = generate_steered(lm, items, config.sampling, seeds, config.steer or SteerConfig(), config.batch_size)
     gen_share = (time.perf_counter() - start) / max(1, len(jobs))  # batched: each round gets an equal share
-    def probe(i: int) -> tuple[tuple[int, ...], np.ndarray, float]:
+    def probe(i: int) -> tuple[int, Reading, float]:
         job, prompt, gen = jobs[i], prompts[i], gens[i]
         t0 = time.perf_counter()
         response_ids = tuple(lm.encode(gen.text))  # canonical: tokenizer(text) of the response it reports
-        if response_ids:
-            context = tuple(job.case.passage(pid) for pid in job.selection.ids)
-            raw = estimator.score(lm, ProbeInput(job.case.question, context, prompt, gen.text, response_ids)).values
-        else:  # an empty generation relies on nothing
-            raw = np.zeros(len(job.selection.ids))
-        return response_ids, raw, time.perf_counter() - t0
+        context = tuple(job.case.passage(pid) for pid in job.selection.ids)
+        item = ProbeInput(job.case.question, context, prompt, gen.text, response_ids)
+        reading = probe_response(lm, estimator, item, config.probe.threshold).reading
+        return len(response_ids), reading, time.perf_counter() - t0
 
     # A served model (`ascp.lm.engine`) batches concurrent requests itself: keep several cases'
     # probes in flight; in-process backends score one at a time.
@@ -171,18 +177,16 @@ def _run_jobs(lm: LanguageModel, jobs: list[_Job], config: LoopConfig, estimator
         with ThreadPoolExecutor(max_workers=min(in_flight, len(jobs))) as pool:
             probed = list(pool.map(probe, range(len(jobs))))
         share = (time.perf_counter() - t0) / len(jobs)  # overlapped: each round gets an equal share
-        probed = [(ids, raw, share) for ids, raw, _ in probed]
+        probed = [(n, reading, share) for n, reading, _ in probed]
     else:
         probed = [probe(i) for i in range(len(jobs))]
     out = []
-    for job, prompt, gen, (response_ids, raw, probe_seconds) in zip(jobs, prompts, gens, probed, strict=True):
-        ids = list(job.selection.ids)
-        reading = read_scores(ids, raw, config.threshold)
+    for job, prompt, gen, (response_tokens, reading, probe_seconds) in zip(jobs, prompts, gens, probed, strict=True):
         out.append(Round(
             round=job.round,
-            context=tuple(ids),
+            context=tuple(job.selection.ids),
             response=gen.text,
-            response_tokens=len(response_ids),
+            response_tokens=response_tokens,
             scores=reading.scores,
             normalized=reading.normalized,
             used=reading.used,

@@ -141,13 +141,13 @@ def write_simulation(out: Path, cases: Sequence[Case], results: dict[str, list[P
     """One run folder per policy (the files of `ascp run`) and `comparison.json`, all or nothing."""
     from ascp.jsonio import staged_folder
     from ascp.loop.runfolder import write_run_files
+    from ascp.loop.runner import case_row
 
     with staged_folder(out, whole=True) as tmp:
         for name, portfolios in results.items():
             folder = tmp / policy_folder(name)
             folder.mkdir()
-            rows = [{"case_id": p.case_id, "policy": p.policy, "pool": [d.id for d in case.pool], **p.metrics}
-                    for case, p in zip(cases, portfolios, strict=True)]
+            rows = [case_row(case, p) for case, p in zip(cases, portfolios, strict=True)]
             write_run_files(folder, portfolios, rows, {**config, "policy": name})
         (tmp / "comparison.json").write_text(json.dumps({"config": config, **comparison}, indent=2) + "\n",
                                              encoding="utf-8")

@@ -6,8 +6,6 @@ from dataclasses import dataclass
 
 from ascp.types import AttributionResult
 
-CAUSAL = {"loo", "replace", "hierarchical", "contextcite"}
-
 
 @dataclass(frozen=True)
 class PassageRow:
@@ -27,4 +25,8 @@ def passage_rows(result: AttributionResult) -> list[PassageRow]:
 
 
 def score_unit(estimator: str) -> str:
-    return "nats/token" if estimator in CAUSAL else "score"
+    """The unit of an estimator's raw scores, as it declares it ("score" for a name not registered here)."""
+    from ascp.attribution import recorded_facts
+
+    facts = recorded_facts(estimator)
+    return facts.unit if facts is not None else "score"

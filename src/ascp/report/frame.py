@@ -15,17 +15,21 @@ from typing import Any
 
 import numpy as np
 
+from ascp.attribution import recorded_facts
 from ascp.metrics.portfolio import thresholded_coverage, thresholded_used
 from ascp.reading import USED_THRESHOLD
 from ascp.stats import Estimate, crossed_bootstrap, paired_bootstrap, seed_means, seed_t_interval
 from ascp.types import Round
 
 PAIR_KEYS = ("task", "model", "seed", "query")
-# Estimators whose raw scores are log-likelihood drops in nats per response token, the scale the
-# width-invariant threshold is calibrated on; the tables' ECR of other probes (relevance proxies,
-# ContextCite's surrogate weights) is not defined and stays NaN.
-NATS_PER_TOKEN = frozenset({"loo", "replace", "hierarchical"})
 CONDITION_FIELDS = ("condition", "policy", "scheduler", "k", "T", "arm", "estimator", "instruction", "steer", "eta")
+
+
+def on_nats_scale(estimator: Any) -> bool:
+    """Whether the estimator recorded as `estimator` declares scores in nats per token (False for a name
+    not registered in this process)."""
+    facts = recorded_facts(estimator)
+    return facts is not None and facts.nats_per_token
 
 
 def unit_frame(records: Sequence[dict[str, Any]], used_threshold: float | None = None):
@@ -34,7 +38,8 @@ def unit_frame(records: Sequence[dict[str, Any]], used_threshold: float | None =
     `ecr_thresholded` and `used_thresholded` (the tables' ECR and used count) are recomputed from
     the stored rounds at `used_threshold` (None: `ascp.validation.calibration.USED_THRESHOLD`), so a report
     states one threshold for every unit, including units of stores written before the metric. They
-    are NaN for units probed by an estimator outside `NATS_PER_TOKEN` (the threshold's scale).
+    are NaN for units probed by an estimator that does not declare `nats_per_token` (the threshold's
+    scale: relevance proxies and ContextCite's surrogate weights are not on it).
 
     Derived columns (from the rounds): `query` (the case id), `tokens` (prompt plus response tokens
     summed over rounds: the cost axis of Fig. 6; NaN for records written before prompt tokens were
@@ -51,7 +56,7 @@ def unit_frame(records: Sequence[dict[str, Any]], used_threshold: float | None =
         rounds = [Round.from_json(r) for r in rec.get("rounds", [])]
         row = {k: v for k, v in rec.items() if k not in ("rounds", "pool")}
         row["query"] = rec["case_id"]
-        on_scale = rec.get("estimator") in NATS_PER_TOKEN
+        on_scale = on_nats_scale(rec.get("estimator"))
         if rounds:
             row["ecr_thresholded"] = thresholded_coverage(rounds, used_threshold) if on_scale else math.nan
             row["used_thresholded"] = float(len(thresholded_used(rounds, used_threshold))) if on_scale else math.nan

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ascp.attribution import DEFAULT_ESTIMATOR, recorded_facts
 from ascp.report.frame import (
     conditions,
     estimate_difference,
@@ -395,9 +396,11 @@ ABLATIONS = (  # (row label, scheduler); why "- attribution feedback" is ascp-un
 
 
 def ablation_table(frame, rng: np.random.Generator, n_boot: int) -> Table | None:
-    """Table 15: Ascp (full: steered when the run has it) and its component ablations, per task."""
+    """Table 15: Ascp (full: steered when the run has it, probed by the default estimator) and its component
+    ablations, per task; every other estimator probing the full scheduler is a "probe →" substitution row."""
+    probe = DEFAULT_ESTIMATOR
     conds = conditions(frame)
-    plain = [(n, r) for n, r in conds.iterrows() if _is_plain_ascp(r) and r["estimator"] == "loo"]
+    plain = [(n, r) for n, r in conds.iterrows() if _is_plain_ascp(r) and r["estimator"] == probe]
     if not plain:
         return None
     full, frow = max(plain, key=lambda x: (math.isfinite(x[1]["steer"]), x[1]["T"], x[1]["k"]))
@@ -405,15 +408,17 @@ def ablation_table(frame, rng: np.random.Generator, n_boot: int) -> Table | None
     steer_match = same["steer"].fillna(-1) == (frow["steer"] if math.isfinite(frow["steer"]) else -1)
     variants = []
     for label, policy in ABLATIONS:
-        hit = same[(same["scheduler"] == policy) & steer_match & (same["estimator"] == "loo")]
+        hit = same[(same["scheduler"] == policy) & steer_match & (same["estimator"] == probe)]
         variants += [(label, n) for n in hit.index[:1]]
     if math.isfinite(frow["steer"]):
-        off = same[(same["scheduler"] == "ascp") & same["steer"].isna() & (same["estimator"] == "loo")]
+        off = same[(same["scheduler"] == "ascp") & same["steer"].isna() & (same["estimator"] == probe)]
         variants += [("- steered decoding", n) for n in off.index[:1]]
         only = same[(same["policy"] == "vanilla") & steer_match]
         variants += [("steered decoding only", n) for n in only.index[:1]]
-    hier = same[(same["scheduler"] == "ascp") & steer_match & (same["estimator"] == "hierarchical")]
-    variants += [("probe → hierarchical LOO", n) for n in hier.index[:1]]
+    substituted = same[(same["scheduler"] == "ascp") & steer_match & (same["estimator"] != probe)]
+    for estimator in dict.fromkeys(substituted["estimator"]):
+        hit = substituted[substituted["estimator"] == estimator]
+        variants += [(f"probe → {estimator}", n) for n in hit.index[:1]]
     if not variants:
         return None
     tasks = sorted(frame["task"].unique())
@@ -439,16 +444,15 @@ def ablation_table(frame, rng: np.random.Generator, n_boot: int) -> Table | None
                  header, rows, data)
 
 
-RELEVANCE_PROXIES = ("bm25", "qd-cosine", "yd-cosine")
-
-
 def elasticity_groups(frame) -> list[tuple[str, Any]]:
     """(label, rows) per task x model x scheduler x T x causal estimator holding at least two widths k.
-    Relevance proxies are skipped: their "used" passages measure relevance, not utilisation."""
+    Estimators that do not declare `causal` (relevance proxies) are skipped: their "used" passages measure
+    relevance, not utilisation."""
     out = []
     keys = ["task", "model", "scheduler", "T", "estimator"]
     for (task, model, sched, T, est), sub in frame.groupby(keys, sort=True):
-        if est not in RELEVANCE_PROXIES and sub["k"].nunique() >= 2 and sub["query"].nunique() >= 3:
+        facts = recorded_facts(est)
+        if facts is not None and facts.causal and sub["k"].nunique() >= 2 and sub["query"].nunique() >= 3:
             out.append((f"{task}/{model} {sched} T={T} ({est})", sub))
     return out
 

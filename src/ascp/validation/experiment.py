@@ -17,8 +17,11 @@ Protocols (the response y that the estimators explain):
   shape such a response.
 
 Model outputs are computed once per (case, width, padding, protocol) and shared by every
-estimator (the response, its token ids and the encoded prompt). ContextCite draws
-`contextcite_ablations` masks (seed `derive_seed(seed, request id, "contextcite")`).
+estimator (the response, its token ids and the encoded prompt); each estimator reads them through
+the one probe step (`ascp.attribution.probe.probe_response`). An estimator that draws random numbers
+(`needs_seed`: ContextCite) gets the seed `derive_seed(seed, request id, its name)` per request and,
+when it declares a `num_ablations` option, `contextcite_ablations` of them; one that embeds text
+(`needs_embedder`) gets `embedder`.
 A condition whose prompt plus response exceeds the model's window, or whose sampled response
 is empty, is skipped and reported, like a pool that cannot be built.
 """
@@ -30,19 +33,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ascp.attribution import estimator_names, make_estimator
-from ascp.attribution.base import ProbeInput
-from ascp.attribution.probe import sample_responses
+from ascp.attribution import VALIDATION_ESTIMATORS, estimator_facts, estimator_names, estimator_params
+from ascp.attribution.base import Estimator, ProbeInput
+from ascp.attribution.probe import ProbeSettings, probe_response, sample_responses
 from ascp.errors import AscpError
 from ascp.lm.prompts import PromptTemplate
 from ascp.lm.sampling import SamplingConfig, derive_seed
-from ascp.reading import read_scores
 from ascp.types import Case
 from ascp.validation.pools import DEFAULT_MAX_WORDS, PADDINGS, ControlledPool, PoolBuilder, Skip, check_pool_args
 
 PROTOCOLS = ("fixed", "free")
-DEFAULT_ESTIMATORS = ("loo", "replace", "contextcite", "bm25", "qd-cosine", "yd-cosine")
-LM_ESTIMATORS = frozenset({"loo", "replace", "hierarchical", "contextcite"})
 
 
 def parse_list(text: str, allowed: Sequence[str], what: str) -> tuple[str, ...]:
@@ -70,7 +70,7 @@ def parse_widths(text: str) -> tuple[int, ...]:
 class ValidationConfig:
     widths: tuple[int, ...] = (3, 6, 12)
     paddings: tuple[str, ...] = ("off-query", "same-query")
-    estimators: tuple[str, ...] = DEFAULT_ESTIMATORS
+    estimators: tuple[str, ...] = VALIDATION_ESTIMATORS
     protocols: tuple[str, ...] = ("fixed",)
     m: int = 2
     seed: int = 0
@@ -83,7 +83,7 @@ class ValidationConfig:
     max_minutes: float | None = None
     max_words: int | None = DEFAULT_MAX_WORDS
     batch_size: int = 8
-    embedder: str = "default"  # of the qd-cosine / yd-cosine proxies (`--embedder`)
+    embedder: str = "default"  # of the estimators that embed text (`needs_embedder`; `--embedder`)
 
     def check(self) -> None:
         """Raise a one-sentence `AscpError` for any bad setting (before anything is loaded)."""
@@ -116,8 +116,18 @@ class ValidationConfig:
             "contextcite_ablations": self.contextcite_ablations, "sampling": self.sampling.__dict__,
             "instruction": self.instruction, "template": self.template, "system": self.system,
             "max_minutes": self.max_minutes, "max_words": self.max_words,
-            **({"embedder": self.embedder} if any(e.endswith("-cosine") for e in self.estimators) else {}),
+            **({"embedder": self.embedder} if any(estimator_facts(e).needs_embedder for e in self.estimators)
+               else {}),
         }
+
+    def probe_settings(self, name: str) -> ProbeSettings:
+        """The settings `name` is probed with (thresholds are set by the analysis, not here)."""
+        options: dict[str, Any] = {}
+        if estimator_facts(name).needs_embedder:
+            options["embedder"] = self.embedder
+        if any(p.name == "num_ablations" for p in estimator_params(name)):
+            options["num_ablations"] = self.contextcite_ablations
+        return ProbeSettings(name, options)
 
 
 @dataclass
@@ -167,14 +177,14 @@ class _Runner:
     def __init__(self, lm, builder: PoolBuilder, config: ValidationConfig, run: ValidationRun) -> None:
         self.lm, self.builder, self.config, self.run = lm, builder, config, run
         self.template = config.prompt()
-        self.shared = {n: make_estimator(n, **({"embedder": config.embedder} if n.endswith("-cosine") else {}))
-                       for n in config.estimators if n != "contextcite"}
+        self.settings = {n: config.probe_settings(n) for n in config.estimators}
+        self.shared = {n: s.build() for n, s in self.settings.items() if not estimator_facts(n).needs_seed}
 
-    def estimator(self, name: str, rid: str):
-        if name != "contextcite":
+    def estimator(self, name: str, rid: str) -> Estimator:
+        """One estimator per run, or per request for a seeded one (its own random stream per request)."""
+        if name in self.shared:
             return self.shared[name]
-        return make_estimator(name, num_ablations=self.config.contextcite_ablations,
-                              seed=derive_seed(self.config.seed, rid, "contextcite"))
+        return self.settings[name].build(seed=derive_seed(self.config.seed, rid, name))
 
     def skip(self, pool: ControlledPool, protocol: str, reason: str, kind: str) -> None:
         self.run.skips.append(Skip(pool.case_id, pool.width, pool.padding, reason, kind, protocol))
@@ -216,10 +226,9 @@ class _Runner:
         seconds: dict[str, float] = {}
         key = {"protocol": protocol, "case_id": pool.case_id, "width": pool.width, "padding": pool.padding}
         for name in self.config.estimators:
-            start = time.perf_counter()
-            raw = self.estimator(name, rid).score(self.lm, item).values
-            seconds[name] = round(time.perf_counter() - start, 4)
-            reading = read_scores([pp.id for pp in pool.passages], raw)  # thresholds are set by the analysis
+            probed = probe_response(self.lm, self.estimator(name, rid), item)
+            seconds[name] = round(probed.seconds, 4)
+            reading = probed.reading
             for j, pp in enumerate(pool.passages):
                 self.run.rows.append({**key, "estimator": name, "position": j, "passage_id": pp.id,
                                       "role": pp.role, "answers": list(pp.answers),
