@@ -14,7 +14,8 @@ Definitions (one *context* = one protocol x estimator x case x width x padding):
   of same-query padding passages (near-misses: same pool, no gold alias) with a(d) > tau.
 - Intervals: 95% percentile cluster bootstrap over cases (a case's contexts are resampled
   together; for the transfer the threshold is re-estimated in every replicate). p: two-sided
-  bootstrap p-value of the mean against its null (0.5 for AUC, 0 for gain).
+  bootstrap p-value of the mean against its null (0.5 for AUC, 0 for gain), with the +1 correction
+  (`ascp.stats.bootstrap.bootstrap_p`, the rule of every other table).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ascp.metrics.ranking import auc, cover_at_m
+from ascp.stats.bootstrap import bootstrap_p
 
 PROXIES = ("bm25", "qd-cosine")  # the query-relevance proxies of the paper's reversal claim
 QUANTILE = 0.95
@@ -124,7 +126,7 @@ def cluster_bootstrap(values: Sequence[float], clusters: Sequence[str], null: fl
     draw = rng.integers(0, len(names), size=(n_boot, len(names)))
     boot = sums[draw].sum(1) / counts[draw].sum(1)
     lo, hi = np.quantile(boot, [0.025, 0.975])
-    p = min(1.0, 2 * min(np.mean(boot <= null), np.mean(boot >= null)))
+    p = bootstrap_p(boot, null)
     return Estimate(float(v.mean()), float(lo), float(hi), float(p), len(names), int(v.size))
 
 
