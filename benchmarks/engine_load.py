@@ -4,7 +4,7 @@ A fixed, bounded count of requests per level (`--requests`, real ASQA items of
 `../shared/data/asqa/asqa_wikidpr_pools.json` in file order, the first k docs as context), each
 request sent by its own client thread, at most `level` of them in flight:
 
-* generation: `EngineModel.generate` of one prompt with its own seed (`derive_seed(seed, item id)`),
+* generation: `VLLMModel.generate` of one prompt with its own seed (`derive_seed(seed, item id)`),
   `--gen-tokens` new tokens at temperature 0.7;
 * probe: `LeaveOneOut().score` of the level-1 response (the k + 1 variants in one call).
 
@@ -114,9 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from ascp.attribution.loo import LeaveOneOut
     from ascp.attribution.probe import ProbeConfig, prepare_inputs
-    from ascp.lm.engine import EngineModel
     from ascp.lm.resolve import resolve_model_dir
     from ascp.lm.sampling import SamplingConfig, derive_seed
+    from ascp.lm.vllm import VLLMModel
     from ascp.types import AttributionRequest
 
     model_dir = resolve_model_dir("default")
@@ -125,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     startup = time.perf_counter() - started
     rows: list[tuple[str, int, Level, str]] = []
     try:
-        engine = EngineModel(f"vllm:{url}?tokenizer={model_dir}")
+        engine = VLLMModel(f"vllm:{url}?tokenizer={model_dir}")
         requests = load_requests(args.pools, args.requests, args.k)
         n = len(requests)
         print(f"# engine load: vLLM (CPU build) at {url} (startup {startup:.0f} s), embedded SmolLM2-135M fp32; "

@@ -119,9 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from ascp.attribution.loo import LeaveOneOut
     from ascp.attribution.probe import ProbeConfig, prepare_inputs
-    from ascp.lm.engine import EngineModel
     from ascp.lm.resolve import load_language_model, resolve_model_dir
     from ascp.lm.sampling import SamplingConfig
+    from ascp.lm.vllm import VLLMModel
 
     model_dir = resolve_model_dir("default")
     scratch = tempfile.TemporaryDirectory()
@@ -131,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     proc, url = (None, args.url) if args.url else start_server(args.vllm, model_dir, args.device)
     startup = time.perf_counter() - started
     try:
-        engine = EngineModel(f"vllm:{url}?tokenizer={model_dir}")
+        engine = VLLMModel(f"vllm:{url}?tokenizer={model_dir}")
         ref = load_language_model(model_dir, backend="hf", device=args.device)
         params = sum(p.numel() for p in ref.model.parameters())
         print(f"# engines: vLLM at {url} (startup {startup:.0f} s) vs transformers on {args.device}; model "

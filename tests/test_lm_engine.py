@@ -520,10 +520,10 @@ def stand_in(tiny_lm, tiny_model_dir):
 
 def test_sglang_protocol_scores_and_generates_like_the_model_it_serves(stand_in, tiny_lm):
     import ascp
-    from ascp.lm.engine import EngineModel
     from ascp.lm.sampling import SamplingConfig
+    from ascp.lm.sglang import SGLangModel
 
-    engine = EngineModel("sglang:" + stand_in("sglang"))
+    engine = SGLangModel("sglang:" + stand_in("sglang"))
     assert engine.backend == "sglang" and engine.context_window == 512
     att = ascp.attribute(QUESTION, PASSAGES, response=RESPONSE, model=engine)
     ref = ascp.attribute(QUESTION, PASSAGES, response=RESPONSE, model=tiny_lm)
@@ -534,10 +534,10 @@ def test_sglang_protocol_scores_and_generates_like_the_model_it_serves(stand_in,
 
 
 def test_a_server_without_prompt_logprobs_is_refused_at_load(stand_in):
-    from ascp.lm.engine import EngineModel
+    from ascp.lm.vllm import VLLMModel
 
     with pytest.raises(AscpError, match="returned no prompt log-probs") as info:
-        EngineModel("vllm:" + stand_in("vllm-no-logprobs"))
+        VLLMModel("vllm:" + stand_in("vllm-no-logprobs"))
     assert "\n" not in str(info.value)
 
 
@@ -547,10 +547,11 @@ VLLM_ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for
 def test_a_dead_engine_or_a_dropped_connection_says_so_not_check_the_model(stand_in):
     """vLLM answers HTTP 500 with EngineDeadError's message once its engine core died, and a server
     that goes away drops the connection: both name what happened, not a model mismatch."""
-    from ascp.lm.engine import EngineClient, EngineModel
+    from ascp.lm.engine import EngineClient
+    from ascp.lm.vllm import VLLMModel
 
     with pytest.raises(AscpError, match="because its engine died") as info:
-        EngineModel("vllm:" + stand_in("vllm-engine-dead"))
+        VLLMModel("vllm:" + stand_in("vllm-engine-dead"))
     message = str(info.value)
     assert VLLM_ENGINE_DEAD in message and "HTTP 500" in message and "check that it serves" not in message
     assert "\n" not in message and "restart the server" in message

@@ -35,8 +35,9 @@ from typing import Any
 import numpy as np
 
 from ascp.lm.encoded import common_prefix
+from ascp.lm.kvcache import stacked_cache
 from ascp.lm.prefixes import PrefixEntry, PrefixStore
-from ascp.lm.protocol import ScoredPrompts
+from ascp.lm.protocol import ScoredPrompts, tokens_fed
 
 
 @dataclass
@@ -59,13 +60,13 @@ def score_batched(lm, prompts: Sequence[Sequence[int]], response: Sequence[int],
     variants = list(dict.fromkeys(tuple(ids) for ids in prompts))
     if not variants:
         return ScoredPrompts((), 0)
-    store: PrefixStore | None = getattr(lm, "prefixes", None)
+    store: PrefixStore | None = lm.prefixes
     full = variants[0]
     fed = 0
     full_side: Any = None  # keys and values of the full prompt (at least all but its last token)
 
-    def stored(ids: tuple[int, ...]) -> PrefixEntry | None:
-        return store.get(ids) if store is not None and len(ids) > 1 else None
+    def stored(ids: tuple[int, ...]) -> PrefixEntry | None:  # a hit spares all but the last prompt token
+        return store.get(ids, saves=len(ids) - 1) if store is not None and len(ids) > 1 else None
 
     def prefix_of_full() -> Any:
         nonlocal full_side, fed
@@ -82,8 +83,7 @@ def score_batched(lm, prompts: Sequence[Sequence[int]], response: Sequence[int],
     for ids in variants:
         limit = len(ids) - 1  # the last prompt token is always fed: its logits predict the response
         entry = stored(ids)
-        if entry is not None and store is not None:
-            store.stats.tokens_saved += limit
+        if entry is not None:
             if ids == full:
                 full_side = entry.state
             rows.append(_Row(ids, entry.state, limit, [*ids[limit:], *response[:-1]]))
@@ -96,15 +96,13 @@ def score_batched(lm, prompts: Sequence[Sequence[int]], response: Sequence[int],
     for start in range(0, len(order), step):
         chunk = [rows[i] for i in order[start:start + step]]
         _run_rows(torch, lm, chunk, response, store)
-        fed += sum(len(r.tail) for r in chunk)
+        fed += sum(tokens_fed(len(r.ids), len(response)) - r.keep for r in chunk)  # each row's tail
     by_ids = {r.ids: r.logprobs for r in rows}
     return ScoredPrompts(tuple(np.array(by_ids[tuple(ids)]) for ids in prompts), fed)
 
 
 def _run_rows(torch, lm, rows: list[_Row], response: list[int], store) -> None:
     """One forward pass over `rows`; sets each row's `logprobs` and stores its prompt side."""
-    from ascp.lm.hf import _stacked_cache
-
     device = lm.device
     tail = max(len(r.tail) for r in rows)
     width = max(r.keep for r in rows)
@@ -115,7 +113,7 @@ def _run_rows(torch, lm, rows: list[_Row], response: list[int], store) -> None:
         reference = next(r.base for r in rows if r.base is not None)
         kv = [[(k[:, :, :r.keep], v[:, :, :r.keep]) for k, v in (r.base if r.base is not None else reference)]
               for r in rows]
-        cache, cache_mask, _ = _stacked_cache(torch, lm, [[0] * r.keep for r in rows], kv, tail)
+        cache, cache_mask, _ = stacked_cache(torch, lm, [[0] * r.keep for r in rows], kv, tail)
     input_ids = torch.full((len(rows), tail), lm.pad_token_id, dtype=torch.long, device=device)
     block_mask = torch.zeros((len(rows), tail), dtype=torch.long, device=device)
     positions = torch.zeros((len(rows), tail), dtype=torch.long, device=device)

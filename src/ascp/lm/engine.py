@@ -1,4 +1,4 @@
-"""Inference-engine backends: a model served by vLLM or SGLang, driven over HTTP.
+"""Inference-engine backends, their shared base: a model served by vLLM or SGLang, driven over HTTP.
 
 A model spec `vllm:http://HOST:PORT` or `sglang:http://HOST:PORT` (optionally followed by
 `?tokenizer=DIR` and `&model=NAME`) names a running server. ascp keeps the prompt side (chat
@@ -6,14 +6,10 @@ framing and canonical tokenization, `TokenizedModel`) and sends token ids only, 
 scores exactly `tokenizer(text)` of the prompt it reports; the tokenizer is the served model's
 own files (the server's model path when it is a folder on this machine, else `tokenizer=DIR`).
 
-- vLLM, OpenAI-compatible `/v1/completions` with token-id prompts. Generation: one request per
-  prompt, each with its own `seed` (per-row streams), many in flight. Scoring: the prompt
-  variants of one request go in one call (`prompt` = a list of id lists, `prompt_logprobs: 0`,
-  `max_tokens: 1`), and the log-probability of every response token is read back; vLLM skips its
-  prefix cache for such requests, so each variant costs a full prefill (batched by the engine).
-- SGLang, native `/generate` with `input_ids`: generation with `sampling_seed`; scoring with
-  `return_logprob` and `logprob_start_len` at the response start, so the radix cache covers the
-  prompt prefix the variants share (the engine-level form of the exact-LOO floor).
+What every engine shares lives here: the spec, the HTTP client and its errors, and `EngineModel`
+(discovery's checks, the prompt-log-prob check at load, requests in flight, the fingerprint, the
+token count). Each engine's own requests live in its own module: `ascp.lm.vllm` (`VLLMModel`,
+OpenAI-compatible `/v1/completions`) and `ascp.lm.sglang` (`SGLangModel`, native `/generate`).
 
 Steering (Eq. 5) needs three synchronised token streams per step, which neither API offers: the
 model has no `generate_streams`, so `--steer` gets the one-sentence error of models without it.
@@ -22,8 +18,9 @@ Hosted APIs and llama.cpp's server give no prompt log-probs and cannot be probed
 
 from __future__ import annotations
 
-import contextlib
+import hashlib
 import http.client
+import importlib
 import json
 import time
 import urllib.error
@@ -33,16 +30,17 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from ascp.errors import AscpError
-from ascp.lm.protocol import ScoredPrompts
+from ascp.lm.protocol import ScoredPrompts, tokens_fed
 from ascp.lm.sampling import Generation, SamplingConfig
 from ascp.lm.tokenized import TokenizedModel
 
-ENGINES = ("vllm", "sglang")
+# the spec prefix of each engine -> its class (imported when a spec names it)
+ENGINES = {"vllm": "ascp.lm.vllm.VLLMModel", "sglang": "ascp.lm.sglang.SGLangModel"}
 TIMEOUT_S = 600.0  # one HTTP call; a long prefill of many variants on a CPU server takes minutes
 RETRIES = 3  # connection errors only, with backoff; an HTTP error answer is never retried
 IN_FLIGHT = 16  # concurrent requests per call
@@ -151,7 +149,7 @@ def _load_tokenizer(source: str, where: str) -> Any:
                         "?tokenizer=DIR.") from None
 
 
-def _context_from_config(source: str) -> int | None:
+def context_from_config(source: str) -> int | None:
     config = Path(source).expanduser() / "config.json"
     try:
         value = json.loads(config.read_text(encoding="utf-8")).get("max_position_embeddings")
@@ -161,49 +159,41 @@ def _context_from_config(source: str) -> int | None:
 
 
 class EngineModel(TokenizedModel):
-    """The model seam over an engine server (see the module docstring)."""
+    """The model seam over an engine server (see the module docstring); a subclass per engine
+    gives its `backend` (the spec prefix) and its requests: `_discover`, `_generate_one`,
+    `_score_rows`."""
+
+    backend: ClassVar[str]
+    in_flight = IN_FLIGHT  # the loop keeps this many cases' probes in flight (the server batches)
 
     def __init__(self, spec: str, client: EngineClient | None = None) -> None:
         self.spec = EngineSpec.parse(spec)
+        if self.spec.kind != self.backend:
+            raise AscpError(f"{spec!r} names a {self.spec.kind} server, not a {self.backend} one; write "
+                            f"{self.backend}:http://HOST:PORT.")
         self.name = spec
-        self.backend = self.spec.kind
-        self.in_flight = IN_FLIGHT  # the loop keeps this many cases' probes in flight (the server batches)
         self.client = client or EngineClient(self.spec.url)
-        self.served, self._window, source = self._discover()
-        self.tokenizer = _load_tokenizer(self.spec.tokenizer or source, f"model {spec!r}")
-        self._check_prompt_logprobs()
-
-    # ----- discovery and checks ---------------------------------------------------------------
-    def _discover(self) -> tuple[str, int, str]:
-        """(served model name, context window, local tokenizer source) from the server."""
-        if self.spec.kind == "vllm":
-            models = self.client.request("/v1/models").get("data") or []
-            if not models:
-                raise AscpError(f"the vLLM server at {self.spec.url} serves no model.")
-            names = [str(m.get("id")) for m in models]
-            entry = models[0] if self.spec.model is None else next(
-                (m for m in models if m.get("id") == self.spec.model), None)
-            if entry is None:
-                raise AscpError(f"the vLLM server at {self.spec.url} serves {', '.join(names)}, not "
-                                f"{self.spec.model!r}; fix model= in the spec or serve that model.")
-            served = str(entry["id"])
-            window = entry.get("max_model_len") or _context_from_config(self.spec.tokenizer or served)
-            source = str(entry.get("root") or served)
-        else:
-            info = self.client.request("/get_model_info")
-            served = str(info.get("model_path"))
-            if self.spec.model is not None and self.spec.model != served:
-                raise AscpError(f"the SGLang server at {self.spec.url} serves {served}, not {self.spec.model!r}; "
-                                "fix model= in the spec or serve that model.")
-            source = str(info.get("tokenizer_path") or served)
-            window = _context_from_config(self.spec.tokenizer or source)
-            with contextlib.suppress(AscpError):  # older servers lack it; the config's length stands
-                window = self.client.request("/get_server_info").get("context_length") or window
+        self.served, window, source = self._discover()
         if not window:
             raise AscpError(f"the engine server at {self.spec.url} does not say its context window and the "
                             "tokenizer folder has no config.json; pass ?tokenizer=DIR of the served model.")
-        return served, int(window), source
+        self._window = int(window)
+        self.tokenizer = _load_tokenizer(self.spec.tokenizer or source, f"model {spec!r}")
+        self._check_prompt_logprobs()
 
+    # ----- what each engine implements --------------------------------------------------------
+    def _discover(self) -> tuple[str, int | None, str]:
+        """(served model name, context window or None, local tokenizer source) from the server."""
+        raise NotImplementedError
+
+    def _generate_one(self, ids: list[int], config: SamplingConfig, seed: int) -> Generation:
+        raise NotImplementedError
+
+    def _score_rows(self, prompts: Sequence[Sequence[int]], response: list[int]) -> list[np.ndarray]:
+        """log p(response[j] | prompt, response[:j]) for each prompt."""
+        raise NotImplementedError
+
+    # ----- checks and declared facts -------------------------------------------------------------
     def _check_prompt_logprobs(self) -> None:
         """One tiny scoring call: a server without prompt log-probs is refused before any work."""
         ids = self.encode("ok.")
@@ -219,22 +209,47 @@ class EngineModel(TokenizedModel):
     def context_window(self) -> int:
         return self._window
 
-    # ----- generation -----------------------------------------------------------------------
+    @property
+    def fingerprint(self) -> str:
+        """The served model, its context window and a hash of the tokenizer's vocabulary (two
+        replicas of one model share rows)."""
+        from ascp.lm.request_cache import fingerprint_of
+
+        vocab = json.dumps(sorted(self.tokenizer.get_vocab().items())).encode()
+        return fingerprint_of({"backend": self.backend, "served": self.served, "window": self.context_window,
+                               "tokenizer": hashlib.blake2b(vocab, digest_size=16).hexdigest()})
+
+    # ----- the model seam ------------------------------------------------------------------------
     def generate(self, prompts: Sequence[Sequence[int]], config: SamplingConfig, seeds: Sequence[int],
                  batch_size: int = 8, on_batch: Callable[[int], None] | None = None) -> list[Generation]:
         """One sampled continuation per prompt, each request with its own seed, many in flight."""
         for ids in prompts:
             self.check_fits("generation", len(ids), config.max_new_tokens)
-        one = self._generate_vllm if self.spec.kind == "vllm" else self._generate_sglang
 
         def run(i: int) -> Generation:
-            out = one(list(prompts[i]), config, int(seeds[i]) % (2**63))
+            out = self._generate_one(list(prompts[i]), config, int(seeds[i]) % (2**63))
             if on_batch is not None:
                 on_batch(1)
             return out
 
-        with ThreadPoolExecutor(max_workers=max(1, min(IN_FLIGHT, len(prompts)))) as pool:
-            return list(pool.map(run, range(len(prompts))))
+        return self.in_parallel(run, range(len(prompts)))
+
+    def score(self, prompts: Sequence[Sequence[int]], response: Sequence[int],
+              reuse_prefix: bool = True) -> ScoredPrompts:
+        """log p(response[j] | prompt, response[:j]) under each prompt (the engine batches them);
+        tokens fed: each prompt's whole pass (`tokens_fed`: the server's prefix cache is its own)."""
+        response = list(response)
+        for ids in prompts:
+            self.check_fits("scoring", len(ids), len(response))
+        if not response:
+            return ScoredPrompts(tuple(np.zeros(0) for _ in prompts), 0)
+        rows = self._score_rows(prompts, response)
+        return ScoredPrompts(tuple(rows), sum(tokens_fed(len(p), len(response)) for p in prompts))
+
+    def in_parallel(self, one: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+        """`one` of each item, up to `IN_FLIGHT` requests at once, in order."""
+        with ThreadPoolExecutor(max_workers=max(1, min(IN_FLIGHT, len(items)))) as pool:
+            return list(pool.map(one, items))
 
     def _finish(self, ids: Sequence[int], stopped: bool) -> Generation:
         eos = self.eos_token_ids
@@ -243,85 +258,21 @@ class EngineModel(TokenizedModel):
             ids.pop()
         return Generation(token_ids=tuple(ids), text=self.decode(ids), finished=stopped)
 
-    def _generate_vllm(self, ids: list[int], config: SamplingConfig, seed: int) -> Generation:
-        payload = {"model": self.served, "prompt": ids, "max_tokens": config.max_new_tokens,
-                   "temperature": config.temperature, "top_p": config.top_p, "top_k": config.top_k,
-                   "repetition_penalty": config.repetition_penalty, "seed": seed, "return_token_ids": True}
-        choice = self.client.request("/v1/completions", payload)["choices"][0]
-        if choice.get("token_ids") is None:
-            raise AscpError(f"the vLLM server at {self.spec.url} returned no token ids; ascp needs vLLM with "
-                            "`return_token_ids` (0.10 or newer).")
-        return self._finish(choice["token_ids"], choice.get("finish_reason") == "stop")
-
-    def _generate_sglang(self, ids: list[int], config: SamplingConfig, seed: int) -> Generation:
-        params = {"max_new_tokens": config.max_new_tokens, "temperature": config.temperature,
-                  "top_p": config.top_p, "top_k": config.top_k or -1,
-                  "repetition_penalty": config.repetition_penalty, "sampling_seed": seed}
-        out = self.client.request("/generate", {"input_ids": ids, "sampling_params": params})
-        finish = (out.get("meta_info") or {}).get("finish_reason") or {}
-        return self._finish(out.get("output_ids") or [], isinstance(finish, dict) and finish.get("type") == "stop")
-
-    # ----- scoring ----------------------------------------------------------------------------
-    def score(self, prompts: Sequence[Sequence[int]], response: Sequence[int],
-              reuse_prefix: bool = True) -> ScoredPrompts:
-        """log p(response[j] | prompt, response[:j]) under each prompt (the engine batches them)."""
-        response = list(response)
-        for ids in prompts:
-            self.check_fits("scoring", len(ids), len(response))
-        if not response:
-            return ScoredPrompts(tuple(np.zeros(0) for _ in prompts), 0)
-        rows = self._score_vllm(prompts, response) if self.spec.kind == "vllm" else self._score_sglang(prompts,
-                                                                                                     response)
-        return ScoredPrompts(tuple(rows), sum(len(p) + len(response) for p in prompts))
-
-    def _score_vllm(self, prompts: Sequence[Sequence[int]], response: list[int]) -> list[np.ndarray]:
-        payload = {"model": self.served, "prompt": [[*p, *response] for p in prompts], "max_tokens": 1,
-                   "temperature": 0.0, "prompt_logprobs": 0}
-        choices = sorted(self.client.request("/v1/completions", payload)["choices"], key=lambda c: c["index"])
-        rows = []
-        for prompt, choice in zip(prompts, choices, strict=True):
-            entries = choice.get("prompt_logprobs")
-            if not entries:
-                raise AscpError(f"the vLLM server at {self.spec.url} returned no prompt log-probs; ascp needs "
-                                "`prompt_logprobs` (docs/engines.md).")
-            rows.append(_pick(entries[len(prompt):], response, self.spec.url))
-        return rows
-
-    def _score_sglang(self, prompts: Sequence[Sequence[int]], response: list[int]) -> list[np.ndarray]:
-        def one(prompt: Sequence[int]) -> np.ndarray:
-            payload = {"input_ids": [*prompt, *response], "sampling_params": {"max_new_tokens": 0},
-                       "return_logprob": True, "logprob_start_len": len(prompt)}
-            meta = self.client.request("/generate", payload).get("meta_info") or {}
-            values = meta.get("input_token_logprobs")
-            if not values:
-                raise AscpError(f"the SGLang server at {self.spec.url} returned no input log-probs; ascp needs "
-                                "`return_logprob` (docs/engines.md).")
-            tail = values[-len(response):]
-            if len(tail) != len(response) or any(v[0] is None or int(v[1]) != t for v, t in zip(tail, response,
-                                                                                               strict=True)):
-                raise AscpError(f"the SGLang server at {self.spec.url} returned log-probs of other tokens than "
-                                "the response's; is it serving another tokenizer?")
-            return np.array([float(v[0]) for v in tail])
-
-        with ThreadPoolExecutor(max_workers=max(1, min(IN_FLIGHT, len(prompts)))) as pool:
-            return list(pool.map(one, prompts))
-
     def close(self) -> None:  # nothing held: the server owns the model
         return None
 
 
-def _pick(entries: Sequence[Any], response: Sequence[int], url: str) -> np.ndarray:
-    """The log-probability of each response token from vLLM's per-position {token_id: Logprob} maps."""
-    out = np.empty(len(response))
-    for j, (entry, token) in enumerate(zip(entries, response, strict=True)):
-        item = (entry or {}).get(str(token))
-        if item is None:
-            raise AscpError(f"the vLLM server at {url} returned no log-prob of response token {token}; is it "
-                            "serving another tokenizer than ascp's?")
-        out[j] = float(item["logprob"] if isinstance(item, dict) else item)
-    return out
+def engine_class(kind: str) -> type[EngineModel]:
+    """The `EngineModel` subclass of engine `kind` (a key of `ENGINES`)."""
+    module, _, name = ENGINES[kind].rpartition(".")
+    cls: type[EngineModel] = getattr(importlib.import_module(module), name)
+    return cls
 
 
 def load_engine_model(spec: str) -> EngineModel:
-    """An `EngineModel` for `vllm:URL` / `sglang:URL` (checks the server before returning)."""
-    return EngineModel(spec)
+    """The model of `vllm:URL` / `sglang:URL`: its engine's class (checks the server before returning)."""
+    kind = engine_of(spec)
+    if kind is None:
+        EngineSpec.parse(spec)  # says how to write one
+    assert kind is not None
+    return engine_class(kind)(spec)

@@ -15,12 +15,14 @@ the logits it samples from. Ordinary sampling (`generate`) is the one-stream cas
 
 from __future__ import annotations
 
-import functools
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ascp.lm.encoded import common_prefix
+from ascp.lm.kvcache import stacked_cache
 from ascp.lm.prefixes import PrefixEntry, PrefixStore, prefix_store_from_env
 from ascp.lm.protocol import ScoredPrompts
 from ascp.lm.sampling import BatchRows, Generation, LogitMix, SamplingConfig, StepSampler, derive_seed, run_in_batches
@@ -28,6 +30,8 @@ from ascp.lm.tokenized import TokenizedModel
 
 __all__ = ["Generation", "HFLanguageModel", "LogitMix", "SamplingConfig", "derive_seed", "generate",
            "generate_streams"]
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")  # files whose identity fingerprints a folder
 
 
 @dataclass
@@ -72,6 +76,20 @@ class HFLanguageModel(TokenizedModel):
         return score_prompts(self, prompts, response, reuse_prefix=reuse_prefix)
 
     # ----- model facts ----------------------------------------------------------------------
+    @property
+    def fingerprint(self) -> str:
+        """dtype, device type, the whole config and the weight files' identity (a model held only
+        in memory: a digest of every parameter), `ascp.lm.request_cache.fingerprint_of`."""
+        from ascp.lm.request_cache import files_identity, fingerprint_of
+
+        model = self.model
+        first = next(iter(model.parameters()))
+        source = Path(str(getattr(model.config, "_name_or_path", "") or ""))
+        weights = [p for p in source.iterdir() if p.suffix in WEIGHT_SUFFIXES] if source.is_dir() else []
+        return fingerprint_of({"backend": "hf", "dtype": str(first.dtype), "device": first.device.type,
+                               "config": model.config.to_json_string(use_diff=False),
+                               "weights": files_identity(weights) if weights else _parameter_digest(model)})
+
     def _config_sources(self) -> tuple[Any, ...]:
         return (getattr(self.model, "generation_config", None), self.model.config)
 
@@ -115,6 +133,16 @@ class HFLanguageModel(TokenizedModel):
         from transformers import DynamicCache
 
         return DynamicCache(ddp_cache_data=list(entry.state))
+
+
+def _parameter_digest(module: Any) -> str:
+    """A digest of every parameter's name, shape, dtype and values (for a model held only in memory)."""
+    digest = hashlib.blake2b(digest_size=16)
+    for name, tensor in module.state_dict().items():
+        flat = tensor.detach().reshape(-1).to("cpu")
+        digest.update(f"{name}|{tuple(tensor.shape)}|{tensor.dtype}|".encode())
+        digest.update(flat.float().numpy().tobytes())
+    return digest.hexdigest()
 
 
 # ----- the transformers sampling loop ---------------------------------------------------
@@ -217,7 +245,6 @@ def _stored_prefill(torch, lm, prompts, store: PrefixStore, room: int):
         entry = store.get(ids, need_logits=True)
         if entry is not None:
             entries[ids] = entry
-            store.stats.tokens_saved += len(ids)
     todo = [ids for ids in distinct if ids not in entries]
     if todo:
         logits, cache, _, _ = _padded_prefill(torch, lm, todo)
@@ -229,38 +256,10 @@ def _stored_prefill(torch, lm, prompts, store: PrefixStore, room: int):
                                        logits[row].nbytes, logits[row].clone())
             store.put(ids, entries[ids])
     for ids in distinct:  # each further row of a prompt in this batch reuses its one prefill
-        extra = sum(tuple(p) == ids for p in prompts) - 1
-        store.stats.hits += extra
-        store.stats.tokens_saved += extra * len(ids)
+        store.reused(ids, sum(tuple(p) == ids for p in prompts) - 1)
     rows = [entries[tuple(p)] for p in prompts]
-    cache, mask, last_pos = _stacked_cache(torch, lm, prompts, [e.state for e in rows], room)
+    cache, mask, last_pos = stacked_cache(torch, lm, prompts, [e.state for e in rows], room)
     return torch.stack([e.logits for e in rows]), cache, mask, last_pos
-
-
-def _stacked_cache(torch, lm, prompts, kv, room: int):
-    """One left-padded cache (zeros where a row has no token, masked) from each row's own keys and
-    values (per layer, [1, heads, len, dim]), with `room` free positions per row so decoding writes
-    in place: (cache, attention mask, last positions)."""
-    from transformers import DynamicCache
-
-    device = lm.device
-    width = max(len(p) for p in prompts)
-    cache = DynamicCache()
-    cache.layers = []
-    for layer in range(len(kv[0])):
-        buffers = []
-        for part in (0, 1):  # keys, values: [rows, heads, width + room, dim], left-padded with zeros
-            first = kv[0][layer][part]
-            buffer = first.new_zeros((len(prompts), first.shape[1], width + room, first.shape[-1]))
-            for row, ids in enumerate(prompts):
-                buffer[row, :, width - len(ids) : width] = kv[row][layer][part][0]
-            buffers.append(buffer)
-        cache.layers.append(_roomy_layer_class()(*buffers, width))
-    mask = torch.zeros((len(prompts), width), dtype=torch.long, device=device)
-    for row, ids in enumerate(prompts):
-        mask[row, width - len(ids) :] = 1
-    last_pos = torch.tensor([[len(ids) - 1] for ids in prompts], dtype=torch.long, device=device)
-    return cache, mask, last_pos
 
 
 def _packed_prefill(torch, lm, prompts, item_rows, room: int):
@@ -295,48 +294,5 @@ def _packed_prefill(torch, lm, prompts, item_rows, room: int):
                 logits[row] = out.logits[0, -1, :].to(torch.float32)
                 kv[row] = [(layer[0], layer[1]) for layer in cache]
                 done.append(row)
-    cache, mask, last_pos = _stacked_cache(torch, lm, prompts, [kv[row] for row in range(len(prompts))], room)
+    cache, mask, last_pos = stacked_cache(torch, lm, prompts, [kv[row] for row in range(len(prompts))], room)
     return torch.stack(logits), cache, mask, last_pos
-
-
-@functools.cache
-def _roomy_layer_class():
-    """Built on first use: transformers is imported lazily."""
-    from transformers.cache_utils import DynamicLayer
-
-    class RoomyLayer(DynamicLayer):
-        """A `DynamicLayer` that appends into preallocated room instead of `torch.cat` each step.
-
-        `keys`/`values` are views of the first `length` positions of the buffers, so every
-        attention call sees exactly the tensors a `DynamicLayer` would hold (same values, same
-        length); only the per-step copy of the whole cache is gone. Grows by doubling if full.
-        """
-
-        def __init__(self, keys, values, length: int) -> None:
-            super().__init__()
-            self.lazy_initialization(keys, values)
-            self._k, self._v, self._length = keys, values, length
-            self._views()
-
-        @staticmethod
-        def _grow(tensor, capacity: int):
-            buffer = tensor.new_zeros((*tensor.shape[:2], capacity, tensor.shape[-1]))
-            buffer[:, :, : tensor.shape[-2]] = tensor
-            return buffer
-
-        def _views(self) -> None:
-            self.keys = self._k[:, :, : self._length]
-            self.values = self._v[:, :, : self._length]
-
-        def update(self, key_states, value_states, *args, **kwargs):
-            end = self._length + key_states.shape[-2]
-            if end > self._k.shape[-2]:
-                self._k = self._grow(self.keys, 2 * end)
-                self._v = self._grow(self.values, 2 * end)
-            self._k[:, :, self._length : end] = key_states
-            self._v[:, :, self._length : end] = value_states
-            self._length = end
-            self._views()
-            return self.keys, self.values
-
-    return RoomyLayer

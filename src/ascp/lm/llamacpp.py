@@ -305,6 +305,14 @@ class LlamaCppModel(TokenizedModel):
     def context_window(self) -> int:
         return self._engine().context_window
 
+    @property
+    def fingerprint(self) -> str:
+        """The GGUF file's identity and the weights it runs (`f16` or `model`)."""
+        from ascp.lm.request_cache import files_identity, fingerprint_of
+
+        return fingerprint_of({"backend": "llamacpp", "weights": self.weights,
+                               "file": files_identity([Path(self.gguf)])})
+
     def generate(
         self, prompts: Sequence[Sequence[int]], config: SamplingConfig, seeds: Sequence[int],
         batch_size: int = 8, on_batch: Callable[[int], None] | None = None,

@@ -28,10 +28,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ascp.errors import AscpError
 from ascp.lru import LRU
+
+if TYPE_CHECKING:
+    from ascp.lm.protocol import LanguageModel
 
 __all__ = ["DEFAULT_MB", "PrefixEntry", "PrefixStats", "PrefixStore", "check_megabytes", "configure_prefixes",
            "fresh_prefixes", "prefix_store", "prefix_store_from_env"]
@@ -141,15 +144,15 @@ def prefix_store_from_env() -> PrefixStore | None:
     return prefix_store(check_megabytes(raw, "ASCP_PREFIX_CACHE_MB"))
 
 
-def fresh_prefixes(lm: object) -> None:
+def fresh_prefixes(lm: LanguageModel) -> None:
     """Empty `lm`'s store (its counts stay): a loop run or a batch of probes then computes the same
     way, to the last bit, whatever the model computed before (docs/prefix-store.md)."""
-    store = getattr(lm, "prefixes", None)
-    if isinstance(store, PrefixStore):
-        store.clear()
+    if lm.prefixes is not None:
+        lm.prefixes.clear()
 
 
-def configure_prefixes(lm: object, mb: float | None) -> None:
-    """Give `lm` a store of `mb` megabytes (0: none); None keeps its own. Models without one ignore it."""
-    if mb is not None and hasattr(lm, "prefixes"):
+def configure_prefixes(lm: LanguageModel, mb: float | None) -> None:
+    """Give `lm` a store of `mb` megabytes (0: none); None keeps its own. A model that prefills
+    nothing in process (an engine's server keeps its own cache) holds it unused."""
+    if mb is not None:
         lm.prefixes = prefix_store(mb)

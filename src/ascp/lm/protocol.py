@@ -6,6 +6,16 @@ Chat framing, canonical tokenization and the context-window check come with `Tok
 (`ascp.lm.tokenized`), so a new backend usually subclasses it and implements `generate` and
 `score` only. Steered decoding (Eq. 5) needs per-step logits of several prompts in lockstep:
 that is the separate, optional `SteerableModel` capability.
+
+Besides its methods, a model declares the facts the rest of ascp acts on (`SeamDefaults` gives
+the defaults; `TokenizedModel` inherits them): `fingerprint` (what the request cache keys rows
+on; None: the model runs uncached), `in_flight` (how many cases' probes the loop keeps in flight),
+`prefixes` (its `PrefixStore`, or None), `response_token_spans` (None where the model cannot
+map tokens to characters) and `close()`. An object of one's own without them is wrapped once, at
+the front door, by `as_language_model`, which gives it those defaults.
+
+`tokens_fed` is the one rule every "tokens fed" count follows (scoring, the engines, the request
+cache's savings).
 """
 
 from __future__ import annotations
@@ -16,11 +26,30 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ascp.errors import AscpError
+
 if TYPE_CHECKING:
     from ascp.lm.encoded import EncodedPrompt
+    from ascp.lm.prefixes import PrefixStore
     from ascp.lm.prompts import PromptTemplate
     from ascp.lm.sampling import Generation, LogitMix, SamplingConfig
     from ascp.types import Passage
+
+
+def tokens_fed(prompt_tokens: int, continuation_tokens: int = 0) -> int:
+    """THE token-counting rule: the tokens one pass from scratch feeds the model for a prompt
+    followed by a continuation: every prompt token and every continuation token but the last
+    (nothing is predicted from the last token, so no backend needs it fed).
+
+    Every count of tokens fed or not fed follows it: `ScoredPrompts.tokens_processed` (a pass
+    that reuses a cached prefix subtracts the positions it reused), an engine's count (the server's
+    own prefix cache is invisible to ascp, so each prompt counts whole), and the request cache's
+    savings (`CacheStats.tokens_saved`: a scored prompt answered from the file saves its whole
+    pass; a generation row its prompt's prefill, `continuation_tokens=0`: a record keeps the
+    response's text, not the ids sampled). A count is therefore recomputed from the records: the
+    prompt's and the response's token ids of each scored prompt (tests/test_lm_protocol.py).
+    """
+    return prompt_tokens + max(continuation_tokens - 1, 0)
 
 
 @dataclass(frozen=True)
@@ -28,7 +57,7 @@ class ScoredPrompts:
     """Per-token log-probabilities of one fixed response under each of several prompts.
 
     `logprobs[i][j]` = log p(response[j] | prompts[i], response[:j]) in nats;
-    `tokens_processed`: tokens the model was fed to compute them (its cost).
+    `tokens_processed`: tokens the model was fed to compute them (its cost, by `tokens_fed`).
     """
 
     logprobs: tuple[np.ndarray, ...]
@@ -37,9 +66,22 @@ class ScoredPrompts:
 
 @runtime_checkable
 class LanguageModel(Protocol):
-    """A generator the probe can score: template + tokenize, generate, and score fixed responses."""
+    """A generator the probe can score: template + tokenize, generate, and score fixed responses,
+    declaring the facts ascp acts on (module docstring; `SeamDefaults` has their defaults)."""
 
     name: str
+    prefixes: PrefixStore | None  # prompt prefixes computed in this process (`ascp.lm.prefixes`), or None
+
+    @property
+    def fingerprint(self) -> str | None:
+        """What the request cache keys rows on: a string that changes whenever the model's numbers
+        would (ascp's backends: a digest of weights, dtype, config, ...); None: run uncached."""
+        ...
+
+    @property
+    def in_flight(self) -> int:
+        """Cases whose probes the loop keeps in flight at once (a server batches them); 1 in process."""
+        ...
 
     @property
     def context_window(self) -> int:
@@ -77,6 +119,84 @@ class LanguageModel(Protocol):
         independent passes (the naive reference), which a backend without reuse ignores."""
         ...
 
+    def response_token_spans(self, response: str) -> list[tuple[int, int]] | None:
+        """Character span [start, end) of each token of `encode(response)`, or None when the model
+        cannot tell (the probe then keeps no per-token reading)."""
+        ...
+
+    def close(self) -> None:
+        """Release what the model holds (engines, files); the object is not used afterwards."""
+        ...
+
+
+class SeamDefaults:
+    """The declared facts of a model that holds nothing special: uncached (no fingerprint), one
+    probe in flight, no prefix store, no token spans, nothing to close. Backends override what
+    they know."""
+
+    in_flight: int = 1
+    prefixes: PrefixStore | None = None
+
+    @property
+    def fingerprint(self) -> str | None:
+        return None
+
+    def response_token_spans(self, response: str) -> list[tuple[int, int]] | None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+SEAM_METHODS = ("encode", "decode", "encode_prompt", "check_fits", "generate", "score")
+DECLARED = ("fingerprint", "in_flight", "prefixes", "response_token_spans", "close")
+
+
+class _WithDefaults:
+    """A model of one's own that lacks some of `DECLARED`: its own members where it has them (read
+    here, once, at the front door), `SeamDefaults`' facts where it does not."""
+
+    def __init__(self, lm: Any) -> None:
+        self.lm = lm
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.lm, name)
+
+    @property
+    def context_window(self) -> int:
+        return int(self.lm.context_window)
+
+    @property
+    def fingerprint(self) -> str | None:
+        own = getattr(self.lm, "fingerprint", None)
+        return own if isinstance(own, str) and own else None
+
+    @property
+    def in_flight(self) -> int:
+        return int(getattr(self.lm, "in_flight", 1))
+
+    @property
+    def prefixes(self) -> PrefixStore | None:
+        return getattr(self.lm, "prefixes", None)
+
+    @prefixes.setter
+    def prefixes(self, store: PrefixStore | None) -> None:
+        self.lm.prefixes = store
+
+    def response_token_spans(self, response: str) -> list[tuple[int, int]] | None:
+        spans = getattr(self.lm, "response_token_spans", None)
+        return None if spans is None else spans(response)
+
+    def close(self) -> None:
+        close = getattr(self.lm, "close", None)
+        if callable(close):
+            close()
+
+
+class _SteerableWithDefaults(_WithDefaults):
+    def generate_streams(self, *args: Any, **kwargs: Any) -> Any:
+        return self.lm.generate_streams(*args, **kwargs)
+
 
 @runtime_checkable
 class SteerableModel(LanguageModel, Protocol):
@@ -89,6 +209,21 @@ class SteerableModel(LanguageModel, Protocol):
         """Like `generate`, but an item is several prompts; `mix` turns their next-token logits into
         the logits the item samples from (see `ascp.lm.sampling.LogitMix`)."""
         ...
+
+
+def as_language_model(model: object, what: str = "model") -> LanguageModel:
+    """`model` as the seam: itself when it declares every member, else wrapped with the defaults of
+    `SeamDefaults` for the facts it does not declare; one sentence when a method is missing."""
+    missing = [name for name in SEAM_METHODS if not callable(getattr(model, name, None))]
+    if missing or not hasattr(model, "context_window"):
+        lacks = ", ".join(f"`{m}`" for m in missing) or "`context_window`"
+        raise AscpError(f"{what} must be a language model (ascp.load_model, or an object with the model seam's "
+                        f"methods, docs/api.md), but a {type(model).__name__} has no {lacks}.")
+    if isinstance(model, LanguageModel):
+        return model
+    steerable = callable(getattr(model, "generate_streams", None))
+    wrapped = _SteerableWithDefaults(model) if steerable else _WithDefaults(model)
+    return wrapped
 
 
 def model_name(lm: Any) -> str:

@@ -4,9 +4,10 @@
 row is looked up in a SQLite file before it is computed, and stored after. A row's key is a hash
 of everything that determines its value:
 
-* the model's fingerprint (`model_fingerprint`: backend, dtype and device, the config, the weight
-  files' names, sizes and modification times, or a digest of the parameters of a model held only
-  in memory; an engine's served model and tokenizer) and ascp's cache schema;
+* the model's declared `fingerprint` (each backend computes its own with `fingerprint_of`:
+  transformers' dtype and device, the config, the weight files' names, sizes and modification
+  times, or a digest of the parameters of a model held only in memory; llama.cpp's GGUF file; an
+  engine's served model and tokenizer; each with ascp's cache schema);
 * generation: the prompt's token ids, the sampling settings and the row's seed;
 * scoring: the prompt's and the response's token ids.
 
@@ -41,18 +42,20 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, astuple, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ascp.lm.protocol import LanguageModel, ScoredPrompts, SteerableModel
+from ascp.lm.protocol import LanguageModel, ScoredPrompts, SteerableModel, model_name, tokens_fed
 from ascp.lm.sampling import Generation, SamplingConfig
 
-__all__ = ["CacheStats", "CachedModel", "RequestCache", "cached_model", "default_cache_path", "model_fingerprint",
-           "resolve_cache_path"]
+if TYPE_CHECKING:
+    from ascp.lm.prefixes import PrefixStore
+
+__all__ = ["CacheStats", "CachedModel", "RequestCache", "cached_model", "default_cache_path", "files_identity",
+           "fingerprint_of", "model_fingerprint", "resolve_cache_path", "savings"]
 
 SCHEMA = "1"
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 
 
 def default_cache_path() -> Path:
@@ -73,7 +76,8 @@ def resolve_cache_path(value: str | Path | None) -> Path | None:
     return path / "requests.sqlite" if path.is_dir() else path
 
 
-def _files_identity(paths: Sequence[Path]) -> list[tuple[str, int, int]]:
+def files_identity(paths: Sequence[Path]) -> list[tuple[str, int, int]]:
+    """Each file's resolved path, size and modification time (ns): a weights file's identity."""
     out = []
     for path in sorted(paths):
         stat = path.stat()
@@ -81,44 +85,16 @@ def _files_identity(paths: Sequence[Path]) -> list[tuple[str, int, int]]:
     return out
 
 
-def _parameter_digest(module: Any) -> str:
-    """A digest of every parameter's name, shape, dtype and values (for a model held only in memory)."""
-    digest = hashlib.blake2b(digest_size=16)
-    for name, tensor in module.state_dict().items():
-        flat = tensor.detach().reshape(-1).to("cpu")
-        digest.update(f"{name}|{tuple(tensor.shape)}|{tensor.dtype}|".encode())
-        digest.update(flat.float().numpy().tobytes())
-    return digest.hexdigest()
-
-
-def model_fingerprint(lm: Any) -> str | None:
-    """What identifies a model's numbers, as a hash; None when ascp cannot tell (no cache then).
-
-    A model of one's own gives a `fingerprint` attribute (a string that changes whenever its
-    numbers would); the built-in backends are fingerprinted here.
-    """
-    own = getattr(lm, "fingerprint", None)
-    parts: dict[str, Any]
-    if isinstance(own, str) and own:
-        parts = {"own": own, "class": type(lm).__qualname__}
-    elif getattr(lm, "backend", None) == "hf" and hasattr(lm, "model"):
-        model = lm.model
-        first = next(iter(model.parameters()))
-        source = Path(str(getattr(model.config, "_name_or_path", "") or ""))
-        weights = [p for p in source.iterdir() if p.suffix in WEIGHT_SUFFIXES] if source.is_dir() else []
-        parts = {"backend": "hf", "dtype": str(first.dtype), "device": first.device.type,
-                 "config": model.config.to_json_string(use_diff=False),
-                 "weights": _files_identity(weights) if weights else _parameter_digest(model)}
-    elif getattr(lm, "backend", None) == "llamacpp" and hasattr(lm, "gguf"):
-        parts = {"backend": "llamacpp", "weights": lm.weights, "file": _files_identity([Path(lm.gguf)])}
-    elif getattr(lm, "backend", None) in ("vllm", "sglang") and hasattr(lm, "served"):
-        vocab = json.dumps(sorted(lm.tokenizer.get_vocab().items())).encode()
-        parts = {"backend": lm.backend, "served": lm.served, "window": lm.context_window,
-                 "tokenizer": hashlib.blake2b(vocab, digest_size=16).hexdigest()}
-    else:
-        return None
+def fingerprint_of(parts: dict[str, Any]) -> str:
+    """A backend's fingerprint: a hash of what decides its numbers (`parts`) and the cache schema."""
     blob = json.dumps({"schema": SCHEMA, **parts}, sort_keys=True, default=str).encode()
     return hashlib.blake2b(blob, digest_size=20).hexdigest()
+
+
+def model_fingerprint(lm: LanguageModel) -> str | None:
+    """What the cache keys `lm`'s rows on: its declared `fingerprint` (each backend computes its
+    own); None when the model declares none (it runs uncached then)."""
+    return lm.fingerprint or None
 
 
 @dataclass
@@ -129,8 +105,18 @@ class CacheStats:
     generation_misses: int = 0
     score_hits: int = 0
     score_misses: int = 0
-    tokens_saved: int = 0  # prompt (+ response) tokens of the rows answered from the cache
+    tokens_saved: int = 0  # tokens the rows answered from the cache did not feed (`tokens_fed`)
     discarded: int = 0  # entries that failed their digest and were computed again
+
+    def generations(self, hits: int, misses: int, tokens_saved: int) -> None:
+        self.generation_hits += hits
+        self.generation_misses += misses
+        self.tokens_saved += tokens_saved
+
+    def scores(self, hits: int, misses: int, tokens_saved: int) -> None:
+        self.score_hits += hits
+        self.score_misses += misses
+        self.tokens_saved += tokens_saved
 
     def add(self, other: CacheStats) -> CacheStats:
         return CacheStats(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
@@ -282,7 +268,8 @@ def _decode_generation(value: bytes) -> Generation | None:
 class CachedModel:
     """`lm` with its `generate` and `score` rows answered from a `RequestCache` where it holds them.
 
-    Everything else (tokenization, the window check, `in_flight`, `close`, ...) is `lm`'s own.
+    Everything else (tokenization, the window check, `in_flight`, the prefix store, ...) is `lm`'s
+    own; `close` closes the file and `lm`.
     """
 
     def __init__(self, lm: LanguageModel, cache: RequestCache, fingerprint: str) -> None:
@@ -297,6 +284,21 @@ class CachedModel:
     def context_window(self) -> int:
         return self.lm.context_window
 
+    @property
+    def in_flight(self) -> int:
+        return self.lm.in_flight
+
+    @property
+    def prefixes(self) -> PrefixStore | None:
+        return self.lm.prefixes
+
+    @prefixes.setter
+    def prefixes(self, store: PrefixStore | None) -> None:
+        self.lm.prefixes = store
+
+    def response_token_spans(self, response: str) -> list[tuple[int, int]] | None:
+        return self.lm.response_token_spans(response)
+
     def generate(self, prompts: Sequence[Sequence[int]], config: SamplingConfig, seeds: Sequence[int],
                  batch_size: int = 8, on_batch: Callable[[int], None] | None = None) -> list[Generation]:
         settings = asdict(config)
@@ -309,9 +311,8 @@ class CachedModel:
                 out[i] = _decode_generation(found[key])
         todo = [i for i, gen in enumerate(out) if gen is None]
         hits = len(prompts) - len(todo)
-        self.cache.stats.generation_hits += hits
-        self.cache.stats.generation_misses += len(todo)
-        self.cache.stats.tokens_saved += sum(len(prompts[i]) for i, gen in enumerate(out) if gen is not None)
+        self.cache.stats.generations(hits, len(todo), sum(tokens_fed(len(prompts[i])) for i, gen in enumerate(out)
+                                                          if gen is not None))
         if hits and on_batch is not None:
             on_batch(hits)
         if todo:
@@ -335,10 +336,9 @@ class CachedModel:
             if value is not None and len(value) == 8 * len(resp):
                 rows[i] = np.frombuffer(value, dtype="<f8").copy()
         todo = [i for i, row in enumerate(rows) if row is None]
-        self.cache.stats.score_hits += len(prompts) - len(todo)
-        self.cache.stats.score_misses += len(todo)
-        self.cache.stats.tokens_saved += sum(len(prompts[i]) + len(resp) for i, row in enumerate(rows)
-                                             if row is not None)
+        self.cache.stats.scores(len(prompts) - len(todo), len(todo),
+                                sum(tokens_fed(len(prompts[i]), len(resp)) for i, row in enumerate(rows)
+                                    if row is not None))
         fed = 0
         if todo:
             scored = self.lm.score([prompts[i] for i in todo], resp)
@@ -350,9 +350,7 @@ class CachedModel:
 
     def close(self) -> None:
         self.cache.close()
-        close = getattr(self.lm, "close", None)
-        if callable(close):
-            close()
+        self.lm.close()
 
 
 class CachedSteerableModel(CachedModel):
@@ -369,7 +367,7 @@ def cached_model(lm: LanguageModel, path: str | Path | None) -> LanguageModel:
         return lm
     fingerprint = model_fingerprint(lm)
     if fingerprint is None:
-        warnings.warn(f"request cache {path}: ascp cannot tell model {getattr(lm, 'name', lm)!r} apart from others "
+        warnings.warn(f"request cache {path}: ascp cannot tell model {model_name(lm)!r} apart from others "
                       "(give it a `fingerprint` attribute); running without the cache.", stacklevel=2)
         return lm
     cache = RequestCache(path)
@@ -377,3 +375,15 @@ def cached_model(lm: LanguageModel, path: str | Path | None) -> LanguageModel:
         return lm
     wrapper = CachedSteerableModel if isinstance(lm, SteerableModel) else CachedModel
     return wrapper(lm, cache, fingerprint)
+
+
+def savings(lm: LanguageModel, cache_label: str | None = None) -> list[str]:
+    """THE summary of what a run's model saved, one sentence each: its request cache (named
+    `cache_label`, default `request cache PATH`) and its prefix store (when it was consulted)."""
+    out = []
+    if isinstance(lm, CachedModel):
+        out.append(f"{cache_label or f'request cache {lm.cache.path}'}: {lm.cache.stats.summary()}")
+    store = lm.prefixes
+    if store is not None and (store.stats.hits or store.stats.misses):
+        out.append(store.stats.summary())
+    return out

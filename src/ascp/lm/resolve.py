@@ -176,6 +176,22 @@ def load_language_model(spec: str = DEFAULT_MODEL, device: str = "auto", dtype: 
     return load_hf_model(spec, device, dtype)
 
 
+def assemble_model(spec: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto", backend: str = "auto",
+                   request_cache: str | Path | None = None, prefix_cache_mb: float | None = None) -> LanguageModel:
+    """THE model assembly of every command, `ascp.load_model` and the experiment executors: the
+    model of `spec` (`load_language_model`), its prefix store set to `prefix_cache_mb` megabytes
+    (None: its own, `$ASCP_PREFIX_CACHE_MB`), behind the request cache `request_cache` names (None
+    or `off`: none; `default`; a file; a folder, `ascp.lm.request_cache.resolve_cache_path`)."""
+    from ascp.lm.prefixes import check_megabytes, configure_prefixes
+    from ascp.lm.request_cache import cached_model, resolve_cache_path
+
+    if prefix_cache_mb is not None:
+        check_megabytes(prefix_cache_mb, "prefix_cache_mb")
+    lm = load_language_model(spec, device=device, dtype=dtype, backend=backend)
+    configure_prefixes(lm, prefix_cache_mb)
+    return cached_model(lm, resolve_cache_path(request_cache))
+
+
 def load_hf_model(spec: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto") -> HFLanguageModel:
     """Load a causal LM in transformers (the exactness reference)."""
     _offline()

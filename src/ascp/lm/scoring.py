@@ -34,7 +34,7 @@ import numpy as np
 
 from ascp.lm.encoded import common_prefix
 from ascp.lm.prefixes import PrefixEntry, PrefixStore
-from ascp.lm.protocol import ScoredPrompts
+from ascp.lm.protocol import ScoredPrompts, tokens_fed
 
 
 class PrefixRunner(Protocol):
@@ -64,7 +64,7 @@ class PrefixRunner(Protocol):
 def score_prompts(lm, prompts: Sequence[Sequence[int]], response: Sequence[int],
                   reuse_prefix: bool = True) -> ScoredPrompts:
     """`HFLanguageModel.score`: `score_with_runner` over transformers forward passes."""
-    return score_with_runner(_TorchRunner(lm), prompts, response, reuse_prefix, getattr(lm, "prefixes", None))
+    return score_with_runner(_TorchRunner(lm), prompts, response, reuse_prefix, lm.prefixes)
 
 
 def score_with_runner(runner: PrefixRunner, prompts: Sequence[Sequence[int]], response: Sequence[int],
@@ -106,9 +106,9 @@ class _Passes:
         self._cached: list[int] | None = None  # the ids whose keys and values the cache holds
 
     def score(self, ids: Sequence[int]) -> np.ndarray:
-        sequence = [*ids, *self.response[:-1]]
+        sequence = [*ids, *self.response[:-1]]  # the last response token is never fed (`tokens_fed`)
         if not self.reuse_prefix:
-            self.tokens_processed += len(sequence)
+            self.tokens_processed += tokens_fed(len(ids), len(self.response))
             return self.runner.run(sequence, 0, self.response, cached=False)
         # Keep the longest cached prefix, but re-run the last prompt token: the logits that
         # predict the response must be computed in this pass.
@@ -116,17 +116,16 @@ class _Passes:
         keep = 0 if self._cached is None else min(common_prefix(self._cached, sequence), limit)
         key = tuple(ids)
         if self.store is not None and limit > max(keep, 0):  # a stored prompt side gives more than the cache
-            entry = self.store.get(key)
+            entry = self.store.get(key, saves=limit - max(keep, 0))
             if entry is not None:
                 self.runner.load(entry)  # type: ignore[attr-defined]
-                self.store.stats.tokens_saved += limit - max(keep, 0)
                 keep = limit
         if keep <= 0:
             self.runner.reset()
             keep = 0
         else:
             self.runner.truncate(keep)
-        self.tokens_processed += len(sequence) - keep
+        self.tokens_processed += tokens_fed(len(ids), len(self.response)) - keep
         out = self.runner.run(sequence[keep:], keep, self.response, cached=True)
         self._cached = sequence
         if self.store is not None and key not in self.store and len(ids) > 1:
@@ -176,13 +175,13 @@ def exact_floor_tokens(full: Sequence[int], variants: Sequence[Sequence[int]], r
     """Tokens an exact scorer must feed: the full prompt, then each variant after its common prefix.
 
     Each variant reuses at most its longest common token prefix with the full prompt (minus the
-    last prompt token, whose logits predict the response). Counted like `tokens_processed` (the
-    last response token is never fed).
+    last prompt token, whose logits predict the response). Counted like `tokens_processed`
+    (`tokens_fed`).
     """
-    total = len(full) + response_tokens - 1
+    total = tokens_fed(len(full), response_tokens)
     for ids in variants:
         reused = min(common_prefix(full, ids), len(ids) - 1)
-        total += len(ids) - reused + response_tokens - 1
+        total += tokens_fed(len(ids), response_tokens) - reused
     return total
 
 

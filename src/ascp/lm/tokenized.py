@@ -16,15 +16,17 @@ from typing import Any
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
 from ascp.lm.prompts import PromptTemplate
+from ascp.lm.protocol import SeamDefaults
 from ascp.types import Passage
 
 _SENTINEL = "\u0000ASCP_USER_MESSAGE\u0000"
 
 
-class TokenizedModel:
+class TokenizedModel(SeamDefaults):
     """The tokenizer side of a model: `tokenizer` (a transformers tokenizer) and `name`.
 
-    Subclasses set both attributes and define `context_window`.
+    Subclasses set both attributes and define `context_window`; the seam's declared facts default
+    to `SeamDefaults`' (token spans come from the tokenizer's offsets here).
     """
 
     tokenizer: Any
