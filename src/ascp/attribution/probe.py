@@ -106,7 +106,7 @@ def probe_response(lm: LanguageModel, estimator: Estimator, item: ProbeInput,
         raw, tokens = np.asarray(scored.values, dtype=np.float64), scored.tokens_processed
         token_logprobs = None
         if scored.full_logprobs is not None and scored.ablated_logprobs is not None:
-            spans = lm.response_token_spans(item.response_text) if hasattr(lm, "response_token_spans") else None
+            spans = lm.response_token_spans(item.response_text)
             if spans is not None:
                 token_logprobs = TokenLogprobs(scored.full_logprobs, scored.ablated_logprobs, tuple(spans))
     seconds = time.perf_counter() - start

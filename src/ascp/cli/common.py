@@ -175,12 +175,12 @@ PrefixCacheOpt = Annotated[
 ]
 
 
-def cache_summary(lm: LanguageModel, label: str | None = None) -> None:
+def cache_summary(lm: LanguageModel | None, label: str | None = None) -> None:
     """What the request cache and the prefix store saved, one line each, after a run; `label` names
     the cache (default: its path)."""
     from ascp.lm.request_cache import savings
 
-    for line in savings(lm, label):
+    for line in savings(lm, label) if lm is not None else []:
         err.print(line, markup=False, highlight=False)
 
 

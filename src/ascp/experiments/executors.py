@@ -19,7 +19,8 @@ from ascp.experiments.execute import load_matcher, load_model, run_chunk
 from ascp.experiments.plan import Chunk
 from ascp.experiments.spec import Settings
 from ascp.experiments.store import RunStore
-from ascp.lm.request_cache import CachedModel
+from ascp.lm.protocol import LanguageModel
+from ascp.lm.request_cache import CachedModel, savings
 
 EXECUTORS = ("local", "ray")
 Progress = Callable[[int, int], None]  # (rounds finished, units written)
@@ -53,15 +54,9 @@ def run_local(chunks: Sequence[Chunk], store: RunStore, embed_fn: EmbedFn | None
     return savings
 
 
-def savings_of(name: str, lm: object) -> list[str]:
+def savings_of(name: str, lm: LanguageModel) -> list[str]:
     """What the request cache and the prefix store of model `name` saved, one sentence each."""
-    out = []
-    if isinstance(lm, CachedModel):
-        out.append(f"{name}: request cache {lm.cache.path}: {lm.cache.stats.summary()}")
-    prefixes = getattr(lm, "prefixes", None)
-    if prefixes is not None and (prefixes.stats.hits or prefixes.stats.misses):
-        out.append(f"{name}: {prefixes.stats.summary()}")
-    return out
+    return [f"{name}: {line}" for line in savings(lm)]
 
 
 def import_ray():

@@ -169,7 +169,7 @@ def _run_jobs(lm: LanguageModel, jobs: list[_Job], config: LoopConfig, estimator
 
     # A served model (`ascp.lm.engine`) batches concurrent requests itself: keep several cases'
     # probes in flight; in-process backends score one at a time.
-    in_flight = int(getattr(lm, "in_flight", 1))
+    in_flight = lm.in_flight
     if in_flight > 1 and len(jobs) > 1:
         from concurrent.futures import ThreadPoolExecutor
 
