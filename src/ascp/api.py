@@ -106,15 +106,9 @@ def load_model(spec: str = "default", device: str = "auto", dtype: str = "auto",
     generation and scored prompt across runs (`ascp.lm.request_cache`); None computes everything.
     `prefix_cache_mb`: the megabytes of prompt keys and values kept for reuse within the process
     (`ascp.lm.prefixes`; 0: none; None: `$ASCP_PREFIX_CACHE_MB`, default 2048)."""
-    from ascp.lm.prefixes import check_megabytes, configure_prefixes
-    from ascp.lm.request_cache import cached_model, resolve_cache_path
-    from ascp.lm.resolve import load_language_model
+    from ascp.lm.resolve import assemble_model
 
-    if prefix_cache_mb is not None:
-        check_megabytes(prefix_cache_mb, "prefix_cache_mb")
-    lm = load_language_model(spec, device=device, dtype=dtype, backend=backend)
-    configure_prefixes(lm, prefix_cache_mb)
-    return cached_model(lm, resolve_cache_path(request_cache))
+    return assemble_model(spec, device, dtype, backend, request_cache, prefix_cache_mb)
 
 
 @functools.lru_cache(maxsize=1)
@@ -194,7 +188,9 @@ class Probe:
 
         if self.model is None:
             raise AscpError("this Probe has no model; create it with ascp.Probe(model, ...).")
-        model = self.model
+        from ascp.lm.protocol import as_language_model
+
+        model = as_language_model(self.model)  # a model of one's own gets the seam's declared defaults
         if isinstance(requests, (str, Mapping)) or not isinstance(requests, Iterable):
             raise AscpError(f"requests must be a list of request dicts or ascp.AttributionRequest, not "
                             f"{_kind(requests)}.")
@@ -335,7 +331,9 @@ def run_portfolios(cases: Sequence[Case], *, policy: str = "ascp", k: int = 5, T
     config = LoopConfig(policy=policy, k=k, T=T, estimator=estimator, seed=seed, threshold=threshold,
                         template=prompt_template(instruction, template, system),
                         sampling=SamplingConfig(max_new_tokens=max_new_tokens), steer=steer)
-    lm: LanguageModel = model if model is not None else default_model()
+    from ascp.lm.protocol import as_language_model
+
+    lm = as_language_model(model) if model is not None else default_model()
     return run_policy(lm, cases, config, embed_fn or embed, progress=progress, matcher=matcher)[0]
 
 

@@ -239,9 +239,8 @@ def demo(
                 means[policy] = summarize(rows)
             out.print(summary_table(means, title="demo: mean over questions"))
             cache_summary(lm, "shared between policies" if request_cache is None else None)
-            close = getattr(lm, "close", None)
-            if callable(close):
-                close()
+            if lm is not None:
+                lm.close()
 
 
 @app.command("simulate")
@@ -387,5 +386,3 @@ def policies() -> None:
 
     with user_errors():  # a plugin that fails to load is one sentence
         out.print(_params_table("policies", [(n, describe(scheduler_params(n))) for n in scheduler_names()]))
-
-

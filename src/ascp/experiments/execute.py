@@ -50,11 +50,8 @@ def load_matcher(settings: Settings) -> Matcher | None:
 def load_model(model_source: str, device: str, backend: str = "auto", request_cache: str | None = None,
                prefix_cache_mb: float | None = None):
     """The model of a unit with a prefix store of `prefix_cache_mb` (None: the default), behind the
-    request cache file `request_cache` when one is given."""
-    from ascp.lm.prefixes import configure_prefixes
-    from ascp.lm.request_cache import cached_model
-    from ascp.lm.resolve import load_language_model
+    request cache file `request_cache` when one is given (`ascp.lm.resolve.assemble_model`)."""
+    from ascp.lm.resolve import assemble_model
 
-    lm = load_language_model(model_source, device=device, backend=backend)
-    configure_prefixes(lm, prefix_cache_mb)
-    return cached_model(lm, request_cache)
+    return assemble_model(model_source, device=device, backend=backend, request_cache=request_cache,
+                          prefix_cache_mb=prefix_cache_mb)
