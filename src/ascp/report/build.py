@@ -7,7 +7,6 @@ failed or interrupted report leaves the previous report (or nothing) behind, nev
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,13 +14,13 @@ from pathlib import Path
 import numpy as np
 
 from ascp.errors import AscpError
-from ascp.jsonio import check_replaceable, json_safe, staged_folder
+from ascp.jsonio import check_replaceable
 from ascp.report import figures as figs
 from ascp.report import replication as rep
 from ascp.report import tables as tabs
 from ascp.report.claims import Claim, claims_table
 from ascp.report.frame import unit_frame
-from ascp.report.render import to_html_page, to_latex, to_markdown
+from ascp.report.render import write_report_folder
 
 
 @dataclass(frozen=True)
@@ -118,39 +117,31 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, n_boot: int
     frame = unit_frame(records, tau)
     rng = np.random.default_rng(seed)
     tables = build_tables(frame, rng, n_boot, claims)
-    with staged_folder(out, whole=True) as tmp:
-        (tmp / "tables").mkdir()
-        (tmp / "figures").mkdir()
-        for t in tables:
-            (tmp / "tables" / f"{t.key}.md").write_text(to_markdown(t), encoding="utf-8")
-            (tmp / "tables" / f"{t.key}.tex").write_text(to_latex(t), encoding="utf-8")
-        (tmp / "tables" / "tables.json").write_text(json.dumps(
-            json_safe({t.key: {"title": t.title, "caption": t.caption, "data": t.data} for t in tables}),
-            indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    elasticity = next((t for t in tables if t.key == "fig4_elasticity"), None)
+
+    def draw(folder: Path) -> list[tuple[str, str]]:
+        (folder / "figures").mkdir()
         figures = []
-        elasticity = next((t for t in tables if t.key == "fig4_elasticity"), None)
-        for name, draw in (("fig5_grid.png", lambda p: figs.grid_figure(frame, p, rng, n_boot)),
+        for name, make in (("fig5_grid.png", lambda p: figs.grid_figure(frame, p, rng, n_boot)),
                            ("fig6_cost.png", lambda p: figs.cost_figure(frame, p)),
                            ("fig4_elasticity.png", lambda p: figs.elasticity_figure(elasticity, p))):
-            caption = draw(tmp / "figures" / name)
+            caption = make(folder / "figures" / name)
             if caption is not None:
                 figures.append((f"figures/{name}", caption))
-        name = title or f"ascp report: {plan['name']}"
-        intro = [f"Run store: {shown_path(run_dir)}; {len(records)} of {plan['units']} units finished"
-                 + ("" if len(records) == plan["units"] else " (partial: the run is not complete)") + ".",
-                 "Tasks: " + ", ".join(f"{t['name']} ({len(t['cases'])} queries, {shown_path(t['data'])})"
-                                       for t in plan["tasks"])
-                 + f"; models: {', '.join(m['name'] for m in plan['models'])}; seeds: {plan['seeds']}.",
-                 f"ECR in the tables: used over offered at the width-invariant threshold {tau:.4g} on raw probe "
-                 f"scores, nats per response token ({tau_source}); ECR@T (Eq. 2) is the relative-to-maximum "
-                 "rule, theta = 0.1."
-                 + (f" {lacking} units have no evidence ceiling (written before it was recorded, and their data "
-                    "file is not readable here)." if lacking else ""),
-                 f"Bootstrap: {n_boot} replicates, numpy default_rng({seed}). Generated "
-                 f"{_dt.datetime.now(_dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}.", *notes]
-        (tmp / "index.html").write_text(to_html_page(name, intro, tables, figures), encoding="utf-8")
-        md = [f"# {name}", "", *intro, ""]
-        md += [to_markdown(t) for t in tables]
-        md += [f"![{cap}]({path})\n\n{cap}\n" for path, cap in figures]
-        (tmp / "report.md").write_text("\n".join(md), encoding="utf-8")
+        return figures
+
+    name = title or f"ascp report: {plan['name']}"
+    intro = [f"Run store: {shown_path(run_dir)}; {len(records)} of {plan['units']} units finished"
+             + ("" if len(records) == plan["units"] else " (partial: the run is not complete)") + ".",
+             "Tasks: " + ", ".join(f"{t['name']} ({len(t['cases'])} queries, {shown_path(t['data'])})"
+                                   for t in plan["tasks"])
+             + f"; models: {', '.join(m['name'] for m in plan['models'])}; seeds: {plan['seeds']}.",
+             f"ECR in the tables: used over offered at the width-invariant threshold {tau:.4g} on raw probe "
+             f"scores, nats per response token ({tau_source}); ECR@T (Eq. 2) is the relative-to-maximum "
+             "rule, theta = 0.1."
+             + (f" {lacking} units have no evidence ceiling (written before it was recorded, and their data "
+                "file is not readable here)." if lacking else ""),
+             f"Bootstrap: {n_boot} replicates, numpy default_rng({seed}). Generated "
+             f"{_dt.datetime.now(_dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}.", *notes]
+    figures = write_report_folder(out, name, intro, tables, draw)
     return Report(out, tuple(t.key for t in tables), tuple(p for p, _ in figures), len(records), plan["units"])

@@ -1,10 +1,15 @@
-"""Render report tables as markdown, LaTeX (booktabs) and one static HTML page."""
+"""Render report tables as markdown, LaTeX (booktabs) and one static HTML page, and write a report
+folder (`write_report_folder`: the one writer of `ascp report`, for run stores and simulations)."""
 
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
+from ascp.jsonio import json_safe, staged_folder
+from ascp.render.markdown import markdown_table
 from ascp.report.tables import Table
 
 _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
@@ -14,13 +19,7 @@ _LATEX_SYMBOLS = {"†": r"$^{\dagger}$", "Δ": r"$\Delta$", "κ": r"$\kappa$", 
 
 
 def to_markdown(table: Table) -> str:
-    def cell(text: str) -> str:
-        return text.replace("|", "\\|")
-
-    lines = [f"### {table.title}", "", table.caption, "",
-             "| " + " | ".join(cell(h) for h in table.header) + " |",
-             "|" + "|".join("---" for _ in table.header) + "|"]
-    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in table.rows]
+    lines = [f"### {table.title}", "", table.caption, "", *markdown_table(table.header, table.rows)]
     return "\n".join(lines) + "\n"
 
 
@@ -82,3 +81,27 @@ def to_html_page(title: str, intro: Sequence[str], tables: Sequence[Table], figu
                          f"<figcaption>{esc(caption)}</figcaption></figure>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+Figures = Sequence[tuple[str, str]]  # (path inside the report folder, caption)
+
+
+def write_report_folder(out: Path, title: str, intro: Sequence[str], tables: Sequence[Table],
+                        draw: Callable[[Path], Figures] | None = None) -> Figures:
+    """Write the report `out` all or nothing: `tables/<key>.md` and `.tex` per table, `tables/tables.json`,
+    the figures `draw(folder)` writes (it returns their paths and captions), `index.html` and `report.md`."""
+    with staged_folder(out, whole=True) as tmp:
+        (tmp / "tables").mkdir()
+        for t in tables:
+            (tmp / "tables" / f"{t.key}.md").write_text(to_markdown(t), encoding="utf-8")
+            (tmp / "tables" / f"{t.key}.tex").write_text(to_latex(t), encoding="utf-8")
+        (tmp / "tables" / "tables.json").write_text(json.dumps(
+            json_safe({t.key: {"title": t.title, "caption": t.caption, "data": t.data} for t in tables}),
+            indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        figures = list(draw(tmp)) if draw is not None else []
+        (tmp / "index.html").write_text(to_html_page(title, intro, tables, figures), encoding="utf-8")
+        md = [f"# {title}", "", *intro, ""]
+        md += [to_markdown(t) for t in tables]
+        md += [f"![{cap}]({path})\n\n{cap}\n" for path, cap in figures]
+        (tmp / "report.md").write_text("\n".join(md), encoding="utf-8")
+    return figures

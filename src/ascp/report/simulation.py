@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from ascp.errors import AscpError
-from ascp.jsonio import check_replaceable, staged_folder
-from ascp.report.render import to_html_page, to_latex, to_markdown
+from ascp.jsonio import check_replaceable
+from ascp.report.render import write_report_folder
 from ascp.report.tables import Table, num
 
 METRICS = ("offered", "used", "ecr", "ceiling", "used_ceiling")
@@ -49,15 +49,5 @@ def write_simulation_report(sim_dir: Path, out: Path | None = None) -> Path:
     if not out.parent.is_dir():
         raise AscpError(f"the parent folder of {out} does not exist; create it first.")
     intro = [f"Simulation folder: {sim_dir.resolve()}; data: {comparison.get('config', {}).get('data')}."]
-    with staged_folder(out, whole=True) as tmp:
-        (tmp / "tables").mkdir()
-        (tmp / "tables" / "simulation.md").write_text(to_markdown(table), encoding="utf-8")
-        (tmp / "tables" / "simulation.tex").write_text(to_latex(table), encoding="utf-8")
-        (tmp / "tables" / "tables.json").write_text(json.dumps({table.key: {"title": table.title, "caption":
-                                                     table.caption, "data": table.data}}, indent=1) + "\n",
-                                                    encoding="utf-8")
-        (tmp / "index.html").write_text(to_html_page(f"ascp report: {sim_dir.name}", intro, [table], []),
-                                        encoding="utf-8")
-        (tmp / "report.md").write_text("\n".join([f"# ascp report: {sim_dir.name}", "", *intro, "",
-                                                  to_markdown(table)]), encoding="utf-8")
+    write_report_folder(out, f"ascp report: {sim_dir.name}", intro, [table])
     return out

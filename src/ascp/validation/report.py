@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ascp.jsonio import staged_folder
+from ascp.render.markdown import markdown_table
 from ascp.validation.analysis import PROXIES
 from ascp.validation.pools import skip_summary
 
@@ -36,10 +37,6 @@ def _ci(r: dict[str, Any], key: str = "mean") -> str:
 
 def _p(p: float) -> str:
     return "n/a" if math.isnan(p) else ("<0.001" if p < 0.001 else f"{p:.3f}")
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
 
 
 def markdown(summary: dict[str, Any]) -> str:
@@ -62,7 +59,7 @@ def markdown(summary: dict[str, Any]) -> str:
     built = summary["built"]
     rows = [[str(b["width"]), b["padding"], b["protocol"], str(b["contexts"]),
              "; ".join(f"{k}: {v}" for k, v in b["skipped"].items()) or "-"] for b in built]
-    lines += _table(["width", "padding", "protocol", "contexts scored", "skipped (reason: cases)"], rows)
+    lines += markdown_table(["width", "padding", "protocol", "contexts scored", "skipped (reason: cases)"], rows)
     infeasible = [b for b in built if b["contexts"] == 0]
     if infeasible:
         lines += ["", "Not feasible with these cases: " + ", ".join(
@@ -77,7 +74,7 @@ def markdown(summary: dict[str, Any]) -> str:
     ranked = sorted(metrics["transfer"], key=lambda r: (r["protocol"], order.get(r["estimator"], 99), r["width"]))
     rows = [[r["protocol"], r["estimator"], str(r["width"]), _f(r["threshold"], 4), _ci(r, "exceedance"),
              str(r["n_near_misses"])] for r in ranked]
-    lines += _table(["protocol", "estimator", "width", "tau", "exceedance [95% CI]", "near-misses"], rows)
+    lines += markdown_table(["protocol", "estimator", "width", "tau", "exceedance [95% CI]", "near-misses"], rows)
     lines += ["", "## Reversal check (Sec. 4.2)", "",
               f"Reversal = under off-query padding both {' and '.join(PROXIES)} have a higher AUC than LOO, and "
               "under same-query padding LOO has a higher AUC than both. Paired differences are per-case "
@@ -89,9 +86,9 @@ def markdown(summary: dict[str, Any]) -> str:
              _f(r["loo_same"]), " / ".join(_f(x) for x in r["proxies_same"]),
              "yes" if r["reversal"] else "no", diffs(r, "diff_off"), diffs(r, "diff_same"),
              {True: "yes", False: "no"}.get(r.get("reversal_clear"), "n/a")] for r in metrics["reversal"]]
-    lines += _table(["protocol", "width", "LOO off", f"{' / '.join(PROXIES)} off", "LOO same",
-                     f"{' / '.join(PROXIES)} same", "reversal (means)", "LOO − proxy, off [95% CI]",
-                     "LOO − proxy, same [95% CI]", "reversal (all CIs exclude 0)"], rows)
+    lines += markdown_table(["protocol", "width", "LOO off", f"{' / '.join(PROXIES)} off", "LOO same",
+                            f"{' / '.join(PROXIES)} same", "reversal (means)", "LOO − proxy, off [95% CI]",
+                            "LOO − proxy, same [95% CI]", "reversal (all CIs exclude 0)"], rows)
     return "\n".join(lines) + "\n"
 
 
@@ -104,7 +101,7 @@ def _protocol_tables(protocol: str, cfg: dict[str, Any], metrics: dict[str, Any]
     for est in cfg["estimators"]:
         rows.append([est] + [_ci(aucs[(est, w, p)]) if (est, w, p) in aucs else "n/a" for w, p in cols])
     n_row = ["n"] + [str(next((r["n_cases"] for (e, w2, p2), r in aucs.items() if (w2, p2) == c), 0)) for c in cols]
-    lines += _table(["estimator"] + [f"k={w} {p}" for w, p in cols], rows + [n_row])
+    lines += markdown_table(["estimator"] + [f"k={w} {p}" for w, p in cols], rows + [n_row])
     cov = {(r["estimator"], r["width"], r["padding"]): r for r in metrics["cover"] if r["protocol"] == protocol}
     lines += ["", f"## cover@m gain over a random ranking, {protocol} protocol (Fig. 3d)", "",
               f"m = {cfg['m']}; gain = cover@m - exact random expectation, mean over contexts [95% CI], p.", ""]
@@ -121,7 +118,7 @@ def _protocol_tables(protocol: str, cfg: dict[str, Any], metrics: dict[str, Any]
     for _, p in groups:
         label = "all conditions" if p == "all" else p
         header += [f"{label}: cover / random", f"{label}: gain", "p"]
-    lines += _table(header, rows)
+    lines += markdown_table(header, rows)
     return lines
 
 
