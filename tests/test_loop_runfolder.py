@@ -1,4 +1,4 @@
-"""The run folder reads what it writes (`ascp.loop.runfolder.read_run`), and a missing or damaged
+"""The run folder reads what it writes (`ascp.results.reader.read_run`), and a missing or damaged
 file is one sentence naming the file (and line)."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import json
 import pytest
 
 from ascp.errors import AscpError
-from ascp.loop.runfolder import RUN_FILES, read_records, read_run, read_summary, write_run
+from ascp.loop.runfolder import RUN_FILES, write_run
+from ascp.results.reader import read_records, read_run, read_summary
 from ascp.types import Portfolio, Round
 
 

@@ -17,7 +17,7 @@ from ascp.errors import AscpError
 from ascp.loop.consumers import Consumption, Oracle, Replay, Toy, make_consumer
 from ascp.loop.simulate import EmbeddingCache, compare, pool_views, simulate_portfolios, split_policies
 from ascp.stats import consumption_independence
-from ascp.types import AnswerUnit, Case, Passage
+from ascp.types import AnswerUnit, Case, Passage, Portfolio, Round
 
 OPEN_LOOP = ("vanilla", "rotate", "mmr", "xquad", "pm2", "dpp", "ascp-uniform", "ascp-nofeedback")
 
@@ -25,6 +25,24 @@ OPEN_LOOP = ("vanilla", "rotate", "mmr", "xquad", "pm2", "dpp", "ascp-uniform", 
 def fake_embed(texts):
     v = np.array([np.random.default_rng(zlib.crc32(t.encode())).normal(size=16) for t in texts])
     return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def write_run_folder(folder, portfolios) -> None:
+    """An `ascp run` folder of `portfolios`, by the run folder's own writer."""
+    from ascp.loop.runfolder import write_run
+
+    rows = [{"case_id": p.case_id, "policy": p.policy, **p.metrics} for p in portfolios]
+    write_run(folder, [], portfolios, rows, {"policy": portfolios[0].policy, "data": "absent.jsonl"})
+
+
+def write_store(folder, records) -> None:
+    """An experiment store of unit `records` (key fields filled in), by the store's own writer."""
+    from ascp.experiments.store import RunStore
+
+    with RunStore(folder) as store:
+        store.begin({"name": "test", "tasks": [], "units": len(records)}, "name: test\n")
+        for rec in records:
+            store.write({"task": "t", "model": "m", "seed": 0, **rec})
 
 
 def make_cases(n_cases: int = 6, pool: int = 24) -> list[Case]:
@@ -103,11 +121,7 @@ def test_oracle_uses_exactly_the_answer_bearing_passages(cases, views):
 def test_replay_reproduces_a_recorded_run_and_documents_unseen_passages(tmp_path, cases, views):
     recorded = simulate_portfolios(cases, "rotate", 3, 3, Toy(q=0.5, seed=7), views)
     path = tmp_path / "run"
-    path.mkdir()
-    with (path / "rounds.jsonl").open("w") as handle:
-        for p in recorded:
-            for r in p.rounds:
-                handle.write(json.dumps({"case_id": p.case_id, **r.to_json()}) + "\n")
+    write_run_folder(path, recorded)
     replay = Replay(str(path))
     replay.check(cases, 3)
     again = simulate_portfolios(cases, "rotate", 3, 3, replay, views)
@@ -125,10 +139,9 @@ def test_replay_reproduces_a_recorded_run_and_documents_unseen_passages(tmp_path
         replay.check([Case(id="other", question="q", pool=cases[0].pool, units=cases[0].units)], 3)
 
 
-def test_replay_folder_names_are_taken_whole(tmp_path):
+def test_replay_folder_names_are_taken_whole(tmp_path, cases, views):
     folder = tmp_path / "ascp_kappa=1,b"
-    folder.mkdir()
-    (folder / "rounds.jsonl").write_text("")
+    write_run_folder(folder, simulate_portfolios(cases[:1], "rotate", 3, 1, Toy(q=0.5), views))
     assert make_consumer(f"replay({folder})").name == f"replay({folder})"
     assert make_consumer(f"replay(run={folder})").name == f"replay({folder})"
 
@@ -136,23 +149,25 @@ def test_replay_folder_names_are_taken_whole(tmp_path):
 def test_replay_reads_one_condition_of_an_experiment_store(tmp_path, cases, views):
     recorded = {name: simulate_portfolios(cases, name, 3, 2, Toy(q=0.5, seed=2), views)
                 for name in ("vanilla", "rotate")}
-    with (tmp_path / "units.jsonl").open("w") as handle:
-        for name, portfolios in recorded.items():
-            for p in portfolios:
-                handle.write(json.dumps({"case_id": p.case_id, "condition": f"{name}(k=3,T=2)",
-                                         "rounds": [r.to_json() for r in p.rounds]}) + "\n")
+    write_store(tmp_path, [{"case_id": p.case_id, "condition": f"{name}(k=3,T=2)",
+                             "rounds": [r.to_json() for r in p.rounds]}
+                            for name, portfolios in recorded.items() for p in portfolios])
     with pytest.raises(AscpError, match="give one of the store's conditions"):
         make_consumer(f"replay({tmp_path})")
     replay = make_consumer(f"replay(run={tmp_path},condition=rotate(k=3,T=2))")
     again = simulate_portfolios(cases, "rotate", 3, 2, replay, views)
     assert [[r.used for r in p.rounds] for p in again] == [[r.used for r in p.rounds] for p in recorded["rotate"]]
-    two_seeds = tmp_path / "two-seeds"
-    two_seeds.mkdir()
     p = recorded["rotate"][0]
-    line = json.dumps({"case_id": p.case_id, "condition": "rotate(k=3,T=2)", "rounds": [r.to_json() for r in p.rounds]})
-    (two_seeds / "units.jsonl").write_text(line + "\n" + line + "\n")
+    unit = {"case_id": p.case_id, "condition": "rotate(k=3,T=2)", "rounds": [r.to_json() for r in p.rounds]}
+    write_store(tmp_path / "two-seeds", [{**unit, "seed": 0}, {**unit, "seed": 1}])
     with pytest.raises(AscpError, match="repeats round 1 of case"):
-        make_consumer(f"replay({two_seeds})")
+        make_consumer(f"replay({tmp_path / 'two-seeds'})")
+    # the same unit twice (a concatenated file) is one unit: the first record counts, as in the store
+    twice = tmp_path / "twice"
+    write_store(twice, [unit])
+    (twice / "units.jsonl").write_bytes((twice / "units.jsonl").read_bytes() * 2)
+    again = simulate_portfolios(cases, "rotate", 3, 2, make_consumer(f"replay({twice})"), views)
+    assert [r.used for r in again[0].rounds] == [r.used for r in p.rounds]
 
 
 def test_make_consumer_parses_and_refuses_bad_specs(tmp_path):
@@ -348,24 +363,26 @@ def synthetic_run(tmp_path, cases, T: int = 5, k: int = 5, seed: int = 0):
     from ascp.loop.consumers import answer_bearing, fit_features
 
     rng = np.random.default_rng(seed)
-    rows, X = [], []
+    portfolios, X = [], []
     for case in cases:
         bearing = answer_bearing(case)
         shown: dict[str, int] = {}
+        rounds = []
         for t in range(1, T + 1):
             context = [case.pool[i].id for i in rng.choice(len(case.pool), k, replace=False)]
             x = fit_features(np.array([int(d.split("p")[-1]) + 1 for d in context]),
                              np.array([d in bearing for d in context]), np.array([shown.get(d, 0) for d in context]))
             p = 1 / (1 + np.exp(-(x @ FIT_TRUTH)))
             used = [d for d, pd in zip(context, p, strict=True) if rng.random() < pd]
-            rows.append({"case_id": case.id, "round": t, "context": context, "used": used,
-                         "normalized": {d: (1 / len(used) if d in used else 0.0) for d in context}})
+            normalized = {d: (1 / len(used) if d in used else 0.0) for d in context}
+            rounds.append(Round(round=t, context=tuple(context), response="", response_tokens=0, scores=normalized,
+                                normalized=normalized, used=tuple(used), seconds=0.0))
             X.append(x)
             for d in context:
                 shown[d] = shown.get(d, 0) + 1
+        portfolios.append(Portfolio(case_id=case.id, policy="random", rounds=tuple(rounds)))
     folder = tmp_path / "synthetic-run"
-    folder.mkdir()
-    (folder / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_run_folder(folder, portfolios)
     return folder, np.vstack(X)
 
 
@@ -406,9 +423,7 @@ def test_fit_specs_and_bad_runs(tmp_path, cases):
     with pytest.raises(AscpError, match="no rounds for any"):
         fit.prepare([Case(id="other", question="q", pool=cases[0].pool, units=cases[0].units)])
     store = tmp_path / "store"
-    store.mkdir()
-    (store / "units.jsonl").write_text(json.dumps({"case_id": "c0", "condition": "a", "estimator": "loo",
-                                                   "rounds": []}) + "\n")
+    write_store(store, [{"case_id": "c0", "condition": "a", "estimator": "loo", "rounds": []}])
     with pytest.raises(AscpError, match="holds no unit"):
         make_consumer(f"fit(run={store},estimator=bm25)")
     for spec_text, message in [("fit", "give the run folder"), (f"fit({tmp_path})", "holds neither"),

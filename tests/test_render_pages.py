@@ -18,7 +18,8 @@ from conftest import run_ascp
 import ascp
 from ascp.loop.consumers import Toy
 from ascp.loop.simulate import compare, pool_views, simulate_portfolios, write_simulation
-from ascp.render.pages import attribution_page, run_folders, run_page
+from ascp.render.pages import attribution_page, run_page
+from ascp.results import read_results
 from ascp.types import AnswerUnit, Case, Passage
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -82,8 +83,8 @@ def test_view_page_renders_rounds_with_used_passages_and_recovered_units(tmp_pat
                                          for name in ("vanilla", "rotate"))}
     write_simulation(tmp_path / "sim", cases, results, {"data": "absent.jsonl", "k": 2, "T": 3},
                      compare(results, n_boot=100))
-    runs = run_folders(tmp_path / "sim")
-    assert list(runs) == ["vanilla", "rotate"]  # the simulation's order, baseline first
+    runs = read_results(tmp_path / "sim")
+    assert runs.kind == "simulation" and list(runs.groups()) == ["vanilla", "rotate"]  # the simulation's order
     page = tmp_path / "view.html"
     page.write_text(run_page(runs, {c.id: c for c in cases}, "view test"), encoding="utf-8")
     dom = browse(page, tmp_path, tmp_path / "view.png")

@@ -261,8 +261,9 @@ def calibrate_command(
 ) -> None:
     """Calibrate the width-invariant used threshold, fit tau_free(k) and the width elasticity (Sec. 4.4, Fig. 4)."""
     with user_errors():
-        from ascp.jsonio import check_replaceable, read_jsonl, staged_folder
+        from ascp.jsonio import check_replaceable, staged_folder
         from ascp.report.calibration import write_calibration
+        from ascp.results import read_results
         from ascp.validation.analysis import contexts
         from ascp.validation.calibration import calibrate, redundancy
 
@@ -270,12 +271,7 @@ def calibrate_command(
             raise AscpError(f"--bootstrap must be at least 100, got {bootstrap}.")
         if not 0.5 <= quantile < 1:
             raise AscpError(f"--quantile must lie in [0.5, 1), got {quantile}.")
-        rows = []
-        for folder in validation:
-            path = folder / "scores.jsonl"
-            if not path.is_file():
-                raise AscpError(f"{folder} holds no scores.jsonl; pass the --out folder of `ascp validate-probe`.")
-            rows += [r for _, r in read_jsonl(path)]
+        rows = [row for folder in validation for row in read_results(folder, kinds=("validate-probe",)).scores]
         ctxs = [c for c in contexts(rows) if c.estimator == estimator]
         if not ctxs:
             found = sorted({r.get("estimator", "?") for r in rows})
@@ -346,16 +342,16 @@ def estimators() -> None:
 
 @app.command("export")
 def export_command(
-    source: Annotated[Path, typer.Argument(help="An `ascp validate-probe` or `ascp run` output folder, or the "
-                                           "JSONL output of `ascp attribute`.")],
+    source: Annotated[Path, typer.Argument(help="An `ascp validate-probe`, `ascp run` or `ascp simulate` output "
+                                           "folder, an experiment store, or the JSONL output of `ascp attribute`.")],
     out_dir: Annotated[Path, typer.Option("--out", help="Output folder: <system>.run per estimator or policy, and "
                                           "qrels.txt + units.qrels where the source has labels.")],
     score: Annotated[str, typer.Option("--score", help="The reading ranked: score (raw, as the validation's AUC "
                                        "and cover@m) or normalized.")] = "score",
     tag: Annotated[str | None, typer.Option("--tag", help="The run tag (last column; default: the estimator or "
                                             "policy).")] = None,
-    data: Annotated[Path | None, typer.Option("--data", help="For a run folder: the data file with the gold units "
-                                              "(default: the one the run read).")] = None,
+    data: Annotated[Path | None, typer.Option("--data", help="For a run folder or store: the data file with the gold "
+                                              "units (default: the one the run read).")] = None,
 ) -> None:
     """Write probe readings as TREC run files and the labels as qrels (trec_eval, ir_measures, ranx)."""
     with user_errors():

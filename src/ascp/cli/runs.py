@@ -340,42 +340,41 @@ def simulate_command(
 
 @app.command("view")
 def view_command(
-    directory: Annotated[Path, typer.Argument(help="An `ascp run` or `ascp simulate` output folder.")],
+    directory: Annotated[Path, typer.Argument(help="An `ascp run` or `ascp simulate` output folder, or an "
+                                              "experiment store.")],
     out_path: Annotated[Path | None, typer.Option("--out", help="The page (default: DIR/view.html).")] = None,
 ) -> None:
     """Write one self-contained page of a run: per case, round by round, the context with the used
-    passages marked, the response and the gold units it recovered; policies side by side."""
+    passages marked, the response and the gold units it recovered; policies (a store's conditions)
+    side by side."""
     with user_errors():
         from ascp.data import load_cases
         from ascp.jsonio import atomic_writer
-        from ascp.loop.runfolder import read_run
-        from ascp.render.pages import run_folders, run_page
+        from ascp.render.pages import run_page
+        from ascp.results import read_results
 
-        if not directory.is_dir():
-            raise AscpError(f"{directory} is not a folder; give the --out folder of `ascp run` or `ascp simulate`.")
-        runs = run_folders(directory)
-        if not runs:
-            raise AscpError(f"{directory} holds no run (rounds.jsonl, cases.jsonl, summary.json); give the --out "
-                            "folder of `ascp run` or `ascp simulate`.")
+        results = read_results(directory, kinds=("run", "simulation", "store"))
+        if not results.units:
+            raise AscpError(f"{directory} holds no finished unit yet; view it when the run has written some.")
         target = out_path or directory / "view.html"
         if not target.parent.exists():
             raise AscpError(f"output folder {target.parent} does not exist; create it first.")
-        loaded = {name: read_run(folder) for name, folder in runs.items()}
-        config = next(iter(loaded.values())).config
-        data = Path(str(config.get("data", "")))
+        absent = [data for data, _ in results.sources.values() if not Path(data).is_file()]
         cases = None
-        if data.is_file():
-            with err.status(f"reading questions and answers from {data.name}"):
-                cases = {c.id: c for c in load_cases(data, format=config.get("format", "auto"), rank_by="given",
-                                                     require_pool=False)}
-        else:
-            err.print(f"note: the data file {data} is not here; the page shows no questions or answer units.",
+        if absent:
+            err.print(f"note: the data file {absent[0]} is not here; the page shows no questions or answer units.",
                       markup=False, highlight=False)
-        page = run_page(loaded, cases, f"ascp view: {directory.name} ({', '.join(runs)})")
+        else:
+            cases = {}
+            for data, format in results.sources.values():
+                with err.status(f"reading questions and answers from {Path(data).name}"):
+                    cases.update({c.id: c for c in load_cases(Path(data), format=format, rank_by="given",
+                                                              require_pool=False)})
+        groups = results.groups()
+        page = run_page(results, cases, f"ascp view: {directory.name} ({', '.join(groups)})")
         with atomic_writer(target) as handle:
             handle.write(page)
         err.print(f"wrote {target}", markup=False, highlight=False)
-
 
 
 @app.command("policies")

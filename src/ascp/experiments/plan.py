@@ -12,26 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from ascp.errors import AscpError
 from ascp.experiments.condition import Condition
 from ascp.experiments.spec import ExperimentSpec, ModelSpec, Settings
+from ascp.results.records import UnitKey  # the key of a unit record, beside its format
 from ascp.types import Case
-
-KEY_FIELDS = ("task", "model", "seed", "case_id", "condition")
-
-
-class UnitKey(NamedTuple):
-    task: str
-    model: str
-    seed: int
-    case_id: str
-    condition: str
-
-    @classmethod
-    def of(cls, record: dict[str, Any]) -> UnitKey:
-        return cls(*(record[f] for f in KEY_FIELDS))
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,9 @@ A unit is written whole or not at all: a process killed in the middle of a write
 one partial last line (no newline at its end), which the next writer truncates before
 appending; readers ignore it. Keys already in the file are never written again, so a killed
 and restarted run ends with exactly the units of an uninterrupted one.
+
+The line format and its parser are `ascp.results.records`; readers (`read_plan`, `read_units`,
+`ascp.results.read_results`) live in `ascp.results`, which every stage may import.
 """
 
 from __future__ import annotations
@@ -24,63 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from ascp.errors import AscpError
-from ascp.experiments.plan import UnitKey
 from ascp.jsonio import atomic_writer, check_writable, disk_error, is_disk_error
+from ascp.results.reader import read_plan, read_units
+from ascp.results.records import PLAN, UNITS, UnitKey, parse_units
 
-UNITS = "units.jsonl"
-PLAN = "plan.json"
+__all__ = ["LOCK", "PLAN", "SPEC", "UNITS", "RunStore", "check_out_location", "iter_rounds", "parse_units",
+           "read_plan", "read_units", "writer_pid"]
+
 SPEC = "spec.yaml"
 LOCK = ".lock"
-
-
-def parse_units(data: bytes, path: Path) -> tuple[list[dict[str, Any]], int]:
-    """Records of the complete lines, and the byte length they span (a partial tail is excluded).
-
-    The last line counts as complete only when it ends with a newline and parses; an earlier
-    line that does not parse is damage the store cannot explain, and raises.
-    """
-    end = data.rfind(b"\n") + 1
-    records: list[dict[str, Any]] = []
-    lines = data[:end].split(b"\n")[:-1] if end else []
-    offset = 0
-    for number, line in enumerate(lines, start=1):
-        try:
-            obj = json.loads(line)
-            if not isinstance(obj, dict):
-                raise ValueError
-            UnitKey.of(obj)
-        except (ValueError, KeyError, TypeError):
-            if number == len(lines):  # a torn last line that happened to hold a newline byte
-                return records, offset
-            raise AscpError(f"{path} line {number} is not a unit record; the store is damaged (move the line "
-                            "out of the file and rerun to redo that unit).") from None
-        records.append(obj)
-        offset += len(line) + 1
-    return records, offset
-
-
-def read_units(directory: Path) -> list[dict[str, Any]]:
-    """Finished unit records (first record per key), without touching the file: safe during a run."""
-    path = directory / UNITS
-    if not path.is_file():
-        return []
-    records, _ = parse_units(path.read_bytes(), path)
-    seen: set[UnitKey] = set()
-    out = []
-    for rec in records:
-        key = UnitKey.of(rec)
-        if key not in seen:
-            seen.add(key)
-            out.append(rec)
-    return out
-
-
-def read_plan(directory: Path) -> dict[str, Any]:
-    path = directory / PLAN
-    if not path.is_file():
-        raise AscpError(f"{directory} is not an experiment run store (no {PLAN}); pass the --out folder of "
-                        "`ascp experiment run`.")
-    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def _first_difference(old: Any, new: Any, where: str = "") -> str:

@@ -1,14 +1,16 @@
 """Probe readings as TREC run files and qrels, for trec_eval, `ir_measures` and `ranx` (docs/trec.md).
 
 A *query* is one context the probe read; its *documents* are the passages of that context, ranked
-by the probe's score. Three sources, each read by its own reader:
+by the probe's score. The sources (folders read by `ascp.results.read_results`):
 
 - `ascp validate-probe` folder (`scores.jsonl`): query `<case>|k<K>|<padding>|<protocol>`, one run
   file per estimator; qrels: the necessary passages 1, every other passage 0 (the necessity
   labels); unit qrels: passage -> the designed units it attests.
-- `ascp run` folder (`rounds.jsonl`): query `<case>/<round>`, one run file (the policy); qrels: the
-  context's passages that attest a gold unit 1, the others 0 (`ascp.metrics.attestation`, alias
-  units; claim units need an NLI model and are not judged); unit qrels: passage -> the units.
+- `ascp run` folder, `ascp simulate` output or experiment store: query `<case>/<round>` (in a
+  store `<task>/<case>/<round>`), one run file per policy or condition (a store with several
+  models or seeds: one per condition and model/seed, `Results.groups`); qrels: the context's
+  passages that attest a gold unit 1, the others 0 (`ascp.metrics.attestation`, alias units; claim
+  units need an NLI model and are not judged); unit qrels: passage -> the units.
 - `ascp attribute` output (JSONL): query = the request id, one run file per estimator; no qrels.
 
 Run lines are `qid Q0 docid rank score tag`, ranked by score, highest first, ties in context order
@@ -28,6 +30,7 @@ from typing import Any
 
 from ascp.errors import AscpError
 from ascp.jsonio import read_jsonl, staged_folder
+from ascp.results import Results, read_results
 
 SCORES = ("score", "normalized")
 Ranking = list[tuple[str, float]]  # (docid, score) in context order
@@ -92,30 +95,23 @@ def _add(export: TrecExport, system: str, qid: str, docid: str, score: float, wh
     ranking.append((docid, score))
 
 
-def from_validation(folder: Path, score: str = "score") -> TrecExport:
-    """The contexts of an `ascp validate-probe` output folder (its `scores.jsonl`)."""
-    path = folder / "scores.jsonl"
-    records = read_jsonl(path, missing=f"{folder} holds no validation output (scores.jsonl missing); give the --out "
-                         "folder of `ascp validate-probe`.", fix="rerun `ascp validate-probe`",
-                         not_object="not a score row of `ascp validate-probe`", empty=None)
+def from_validation(results: Results, score: str = "score") -> TrecExport:
+    """The contexts of an `ascp validate-probe` output folder (its score rows)."""
+    path = results.path / "scores.jsonl"
     export = TrecExport()
-    for number, row in records:
-        where = f"{path}:{number}"
-        try:
-            qid = "|".join((_token(str(row["case_id"]), "case id", where), f"k{int(row['width'])}",
-                            str(row["padding"]), str(row["protocol"])))
-            docid = _token(str(row["passage_id"]), "passage id", where)
-            system, role, answers, value = str(row["estimator"]), str(row["role"]), row["answers"], row[score]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise AscpError(f"{where} is not a score row of `ascp validate-probe` ({type(exc).__name__}: {exc}); "
-                            "rerun it.") from None
-        _add(export, _token(system, "estimator", where), qid, docid, _score(value, where), where)
+    for number, row in enumerate(results.scores, start=1):
+        where = f"{path} (row {number})"
+        qid = "|".join((_token(str(row["case_id"]), "case id", where), f"k{int(row['width'])}",
+                        str(row["padding"]), str(row["protocol"])))
+        docid = _token(str(row["passage_id"]), "passage id", where)
+        system, role = _token(str(row["estimator"]), "estimator", where), str(row["role"])
+        _add(export, system, qid, docid, _score(row[score], where), where)
         export.qrels.setdefault(qid, {})[docid] = int(role == "necessary")
         if role == "necessary":
-            export.units.setdefault(qid, {})[docid] = tuple(str(a) for a in answers)
+            export.units.setdefault(qid, {})[docid] = tuple(str(a) for a in row["answers"])
     # cover@m counts the designed units only (those the necessary passages attest): a padding
     # passage is a unit's document only for a designed unit
-    for _, row in records:
+    for row in results.scores:
         qid = f"{row['case_id']}|k{int(row['width'])}|{row['padding']}|{row['protocol']}"
         if row["role"] != "necessary":
             designed = {u for us in export.units.get(qid, {}).values() for u in us}
@@ -125,41 +121,47 @@ def from_validation(folder: Path, score: str = "score") -> TrecExport:
     return export
 
 
-def from_run(folder: Path, data: Path | None = None, score: str = "score") -> TrecExport:
-    """The rounds of an `ascp run` folder; the qrels need the run's data file (default: the one its
-    `summary.json` names) for the gold units."""
+def from_run(results: Results, data: Path | None = None, score: str = "score") -> TrecExport:
+    """The rounds of an `ascp run` folder, an `ascp simulate` output or an experiment store: one
+    system per condition (a run's policy); the qrels need each task's data file (default: the one
+    the run's config or the store's plan names; `data` replaces it) for the gold units."""
     from ascp.data import load_cases
-    from ascp.loop.runfolder import read_run
     from ascp.metrics.attestation import attestation_matrix
 
-    run = read_run(folder)
-    path = data if data is not None else Path(str(run.config.get("data", "")))
-    if not path.is_file():
-        raise AscpError(f"the data file {path} of the run {folder} is not here; pass it with --data.")
-    cases = {c.id: c for c in load_cases(path, format=str(run.config.get("format", "auto")), rank_by="given",
-                                          require_pool=False)}
+    folder = results.path
+    cases: dict[str, dict] = {}
+    for task, (named, format) in results.sources.items():
+        path = data if data is not None else Path(named)
+        if not path.is_file():
+            raise AscpError(f"the data file {path} of the run {folder} is not here; pass it with --data.")
+        cases[task] = {c.id: c for c in load_cases(path, format=format, rank_by="given", require_pool=False)}
     export = TrecExport()
-    system = _token(str(run.config.get("policy", "run")).replace(" ", ""), "policy", str(folder))
-    for cid, rounds in run.rounds().items():
-        case = cases.get(cid)
-        if case is None:
-            raise AscpError(f"case {cid!r} of the run {folder} is not in {path}; pass the data file the run read "
-                            "with --data.")
-        for r in rounds:
-            where = f"{folder}/rounds.jsonl ({cid}, round {r.round})"
-            qid = f"{_token(cid, 'case id', where)}/{r.round}"
-            values = r.scores if score == "score" else r.normalized
-            passages = [case.passage(pid) for pid in r.context]
-            units = [u for u in case.units if u.aliases]  # claim units (ELI5) need an NLI model: not judged
-            matrix = attestation_matrix(passages, units)
-            for i, pid in enumerate(r.context):
-                if pid not in values:
-                    raise AscpError(f"{where}: passage {pid!r} has no {score}; rerun it with `ascp run`.")
-                _add(export, system, qid, _token(pid, "passage id", where), _score(values[pid], where), where)
-                attested = tuple(u.id for j, u in enumerate(units) if matrix[i, j])
-                export.qrels.setdefault(qid, {})[pid] = int(bool(attested))
-                if attested:
-                    export.units.setdefault(qid, {})[pid] = attested
+    for label, units in results.groups().items():
+        system = _token(label.replace(" ", ""), "condition", str(folder))
+        for unit in units:
+            cid, task = unit.case_id, unit.key.task
+            path = data if data is not None else Path(results.sources.get(task, ("", ""))[0])
+            case = cases.get(task, {}).get(cid)
+            if case is None:
+                raise AscpError(f"case {cid!r} of the run {folder} is not in {path}; pass the data file the run read "
+                                "with --data.")
+            for r in unit.rounds:
+                where = f"{unit.where} ({cid}, round {r.round})"
+                qid = f"{_token(cid, 'case id', where)}/{r.round}"
+                if task:  # a store: the task names the query too (a case id is unique within its task)
+                    qid = f"{_token(task, 'task', where)}/{qid}"
+                values = r.scores if score == "score" else r.normalized
+                passages = [case.passage(pid) for pid in r.context]
+                units_ = [u for u in case.units if u.aliases]  # claim units (ELI5) need an NLI model: not judged
+                matrix = attestation_matrix(passages, units_)
+                for i, pid in enumerate(r.context):
+                    if pid not in values:
+                        raise AscpError(f"{where}: passage {pid!r} has no {score}; rerun the command that wrote it.")
+                    _add(export, system, qid, _token(pid, "passage id", where), _score(values[pid], where), where)
+                    attested = tuple(u.id for j, u in enumerate(units_) if matrix[i, j])
+                    export.qrels.setdefault(qid, {})[pid] = int(bool(attested))
+                    if attested:
+                        export.units.setdefault(qid, {})[pid] = attested
     return export
 
 
@@ -182,20 +184,21 @@ def from_attribute(path: Path, score: str = "score") -> TrecExport:
 
 
 def read_source(source: Path, data: Path | None = None, score: str = "score") -> tuple[str, TrecExport]:
-    """(kind, export) of a validate-probe folder, a run folder or an `ascp attribute` file."""
+    """(kind, export) of a results folder (`ascp.results.read_results`: validate-probe, run,
+    simulation or store) or an `ascp attribute` file."""
     if score not in SCORES:
         raise AscpError(f"--score must be one of {', '.join(SCORES)}, got {score!r}.")
-    if source.is_dir() and (source / "scores.jsonl").is_file():
-        kind, export = "validate-probe", from_validation(source, score)
-    elif source.is_dir() and (source / "rounds.jsonl").is_file():
-        kind, export = "run", from_run(source, data, score)
-    elif source.is_file():
+    if source.is_file():
         kind, export = "attribute", from_attribute(source, score)
+    elif source.is_dir():
+        results = read_results(source)
+        kind = results.kind
+        export = from_validation(results, score) if kind == "validate-probe" else from_run(results, data, score)
     else:
-        raise AscpError(f"{source} is neither an `ascp validate-probe` or `ascp run` folder nor an `ascp attribute` "
-                        "output file; give one of those.")
-    if data is not None and kind != "run":
-        raise AscpError(f"--data applies to run folders only, and {source} is {kind} output; drop --data.")
+        raise AscpError(f"{source} is neither a results folder (of `ascp validate-probe`, `ascp run`, `ascp simulate` "
+                        "or `ascp experiment run`) nor an `ascp attribute` output file; give one of those.")
+    if data is not None and kind in ("attribute", "validate-probe"):
+        raise AscpError(f"--data applies to run folders and stores only, and {source} is {kind} output; drop --data.")
     if not export.runs:
         raise AscpError(f"{source} holds no probe readings to export; rerun the command that wrote it.")
     return kind, export

@@ -4,18 +4,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from html import escape
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ascp.errors import AscpError
 from ascp.render.html import STYLE, attribution_body
+from ascp.results import Results
 from ascp.types import AttributionResult, Case, Round
-
-if TYPE_CHECKING:  # the loop package is imported only where a run is read
-    from ascp.loop.runfolder import RunFolder
 
 PAGE_STYLE = (
     "<style>body{margin:16px}.ascp h2{font-size:15px;margin:18px 0 4px}"
@@ -69,17 +64,18 @@ def attribution_page(results: Sequence[AttributionResult], questions: Mapping[st
 
 
 # ----- runs --------------------------------------------------------------------------------------
-def run_page(runs: Mapping[str, Path | RunFolder], cases: Mapping[str, Case] | None, title: str) -> str:
-    """Per case and policy, round by round: the context with used passages marked, the response,
-    the gold units the response recovered; the case's metrics; and a policy comparison on top.
-    `runs`: policy name -> run folder (a path, or the folder as `read_run` gave it)."""
-    from ascp.loop.runfolder import RunFolder, read_run
+def run_page(results: Results, cases: Mapping[str, Case] | None, title: str) -> str:
+    """Per case and policy (or condition), round by round: the context with used passages marked,
+    the response, the gold units the response recovered; the case's metrics; and a comparison on
+    top. `results`: an `ascp run` folder, an `ascp simulate` output or an experiment store as
+    `ascp.results.read_results` gave it (`Results.groups`: one column per condition)."""
+    from ascp.loop.runfolder import summarize
     from ascp.metrics.answers import recovered_per_response
 
     loaded: dict[str, tuple[dict[str, Any], list[dict[str, Any]], dict[str, list[Round]]]] = {}
-    for name, given in runs.items():
-        run = given if isinstance(given, RunFolder) else read_run(given)
-        loaded[name] = (run.summary, run.cases, run.rounds())
+    for name, members in results.groups().items():
+        rows = [{**u.record, "case_id": u.case_id} for u in members]
+        loaded[name] = ({"mean": summarize(rows)}, rows, {u.case_id: list(u.rounds) for u in members})
     metric_keys = ("pr", "ecr", "ceiling", "used_ceiling", "offered", "used")
     head = "".join(f"<th>{k}</th>" for k in metric_keys)
     comparison = []
@@ -118,30 +114,3 @@ def run_page(runs: Mapping[str, Path | RunFolder], cases: Mapping[str, Case] | N
                        "not shown.</div>")
     bar = "<input id='search' placeholder='search cases, passages, responses' size='40'>"
     return _page(title, bar, "".join(body))
-
-
-def run_folders(directory: Path) -> dict[str, Path]:
-    """The policy folders of an `ascp run` output (itself) or of an `ascp simulate` output (its
-    subfolders), keyed by policy name."""
-    from ascp.loop.runfolder import read_summary
-
-    def policy_of(folder: Path) -> str:
-        config = read_summary(folder).get("config", {})
-        if not isinstance(config, dict):
-            raise AscpError(f"{folder}/summary.json is not the summary of a run; rerun it with `ascp run`.")
-        return str(config.get("policy", folder.name))
-
-    if (directory / "rounds.jsonl").is_file():
-        if not (directory / "summary.json").is_file():
-            raise AscpError(f"{directory} has rounds.jsonl but no summary.json; it is not a complete run folder.")
-        return {policy_of(directory): directory}
-    found = {policy_of(sub): sub for sub in sorted(directory.iterdir())
-             if sub.is_dir() and (sub / "rounds.jsonl").is_file() and (sub / "summary.json").is_file()}
-    comparison = directory / "comparison.json"
-    if comparison.is_file():  # the order the simulation compared them in, baseline first
-        try:
-            order = list(json.loads(comparison.read_text(encoding="utf-8")).get("policies", {}))
-        except (ValueError, AttributeError):
-            raise AscpError(f"{comparison} is not the comparison of an `ascp simulate` run.") from None
-        found = dict(sorted(found.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
-    return found

@@ -95,13 +95,15 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, n_boot: int
     are extra lines for the page's introduction. A partial store (a run still going, or killed) is
     reported as it stands, and the page says how many units it holds.
     """
-    from ascp.experiments.store import read_plan, read_units
+    from ascp.results import read_results
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise AscpError(f"run folder {run_dir} does not exist; pass the --out folder of `ascp experiment run`.")
-    plan = read_plan(run_dir)
-    records = read_units(run_dir)
+    results = read_results(run_dir, kinds=("store",), purpose="a report contrasts the conditions of an "
+                           "experiment's plan, which a run folder does not declare; view a run with `ascp view`")
+    plan = results.config
+    records = results.records()
     if not records:
         raise AscpError(f"{run_dir} has no finished units yet; run `ascp experiment run` first.")
     if n_boot < 100:

@@ -1,17 +1,17 @@
 """What every consumer shares: the reading it returns (`Consumption`), the `Consumer` protocol,
-the uniform reading over used passages, the answer-bearing passages of a case, and a run file's
-records."""
+the uniform reading over used passages, the answer-bearing passages of a case, and the recorded
+run a consumer learns from."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from ascp.errors import AscpError
+from ascp.results import Results, read_results
 from ascp.schedulers.base import RoundFeedback
 from ascp.types import Case
 
@@ -57,12 +57,10 @@ def answer_bearing(case: Case) -> set[str]:
     return bearing_ids(case)
 
 
-def run_records(path: Path) -> list[tuple[str, dict]]:
-    """(where, record) for every JSON line of `path` (the run folder's reader); a line that does not
-    parse is one sentence."""
-    from ascp.loop.runfolder import read_records
-
+def recorded_run(consumer: str, run: str) -> Results:
+    """The results a consumer learns from (a run folder, a simulation or an experiment store), read
+    by `ascp.results.read_results`; anything else is one sentence naming the consumer."""
     try:
-        return [(f"{path}:{n}", rec) for n, rec in read_records(path)]
+        return read_results(run, kinds=("run", "simulation", "store"))
     except AscpError as exc:
-        raise AscpError(f"replay consumer: {exc}") from None
+        raise AscpError(f"{consumer} consumer: {exc}") from None

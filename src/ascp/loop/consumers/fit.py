@@ -4,13 +4,12 @@ policies."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
 from ascp.errors import AscpError
 from ascp.lm.sampling import derive_seed
-from ascp.loop.consumers.base import Consumption, answer_bearing, run_records, uniform_reading
+from ascp.loop.consumers.base import Consumption, answer_bearing, recorded_run, uniform_reading
 from ascp.params import Param
 from ascp.schedulers.base import RoundFeedback
 from ascp.types import Case
@@ -30,10 +29,11 @@ def fit_features(rank: np.ndarray, bearing: np.ndarray, shown_before: np.ndarray
 class Fit:
     """Per-passage use probabilities fitted to a real run's readings (see the module docstring).
 
-    `run`: an `ascp run` folder or an experiment store; in a store, `condition` (exact name) and
-    `estimator` restrict the units fitted (empty: all). The fit needs the cases (passage ranks and
-    gold units), so it happens in `prepare(cases)`, which `simulate_portfolios` calls; the
-    coefficients are then in `coef` (by `FIT_FEATURES`) and the number of readings in `n_readings`.
+    `run`: an `ascp run` folder, an `ascp simulate` output or an experiment store; in a store,
+    `condition` (exact name) and `estimator` restrict the units fitted (empty: all). The fit needs
+    the cases (passage ranks and gold units), so it happens in `prepare(cases)`, which
+    `simulate_portfolios` calls; the coefficients are then in `coef` (by `FIT_FEATURES`) and the
+    number of readings in `n_readings`.
     """
 
     params = (Param("run", str, "", "run folder of `ascp run`, or experiment store, whose readings are fitted"),
@@ -42,39 +42,26 @@ class Fit:
               Param("seed", int, 0, "seed of the draws"))
 
     def __init__(self, run: str, condition: str = "", estimator: str = "", seed: int = 0) -> None:
-        folder = Path(run)
         extra = "".join(f",{key}={value}" for key, value in (("condition", condition), ("estimator", estimator))
                         if value)
         self.name = f"fit(run={run}{extra})"
         self.seed = seed
         # case -> [(round, context, used)] of the recorded run
         self.recorded: dict[str, list[tuple[int, tuple[str, ...], set[str]]]] = {}
-        if (folder / "rounds.jsonl").is_file():
-            for where, rec in run_records(folder / "rounds.jsonl"):
-                self._add(where, str(rec.get("case_id")), rec)
-        elif (folder / "units.jsonl").is_file():
-            units = [(where, u) for where, u in run_records(folder / "units.jsonl")
-                     if (not condition or u.get("condition") == condition)
-                     and (not estimator or u.get("estimator") == estimator)]
+        results = recorded_run("fit", run)
+        units = list(results.units)
+        if results.kind == "store":
+            units = [u for u in units if (not condition or u.condition == condition)
+                     and (not estimator or u.record.get("estimator") == estimator)]
             if not units:
-                raise AscpError(f"fit consumer: {folder}/units.jsonl holds no unit with condition {condition!r} and "
-                                f"estimator {estimator!r}; drop or correct the filter.")
-            for where, unit in units:
-                for rec in unit.get("rounds", []):
-                    self._add(where, str(unit.get("case_id")), rec)
-        else:
-            raise AscpError(f"fit consumer: {folder} holds neither rounds.jsonl (`ascp run`) nor units.jsonl "
-                            "(an experiment store); give the folder of a run.")
+                raise AscpError(f"fit consumer: {run} holds no unit with condition {condition!r} and estimator "
+                                f"{estimator!r}; drop or correct the filter.")
+        for unit in units:
+            self.recorded.setdefault(unit.case_id, []).extend(
+                (r.round, tuple(r.context), set(r.used)) for r in unit.rounds)
         self.coef: np.ndarray | None = None
         self.n_readings = 0
         self._bearing: dict[str, set[str]] = {}
-
-    def _add(self, where: str, case_id: str, rec: dict) -> None:
-        try:
-            item = (int(rec["round"]), tuple(str(d) for d in rec["context"]), {str(d) for d in rec["used"]})
-        except (ValueError, KeyError, TypeError):
-            raise AscpError(f"fit consumer: {where} is not a round record of a run.") from None
-        self.recorded.setdefault(case_id, []).append(item)
 
     def _bearing_of(self, case: Case) -> set[str]:
         if case.id not in self._bearing:

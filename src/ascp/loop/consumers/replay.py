@@ -3,63 +3,53 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 from ascp.errors import AscpError
-from ascp.loop.consumers.base import Consumption, run_records
+from ascp.loop.consumers.base import Consumption, recorded_run
 from ascp.params import Param
 from ascp.schedulers.base import RoundFeedback
-from ascp.types import Case
+from ascp.types import Case, Round
 
 
 class Replay:
     """The readings of a real run's probe (see the module docstring for unseen passages).
 
-    `run`: an `ascp run` folder (its `rounds.jsonl`), or an experiment store (`units.jsonl` of
-    `ascp experiment run` / `ascp reproduce`), whose rounds of one `condition` are replayed (the
-    condition is needed when the store holds several).
+    `run`: an `ascp run` folder, an `ascp simulate` output or an experiment store (`ascp experiment
+    run` / `ascp reproduce`), whose rounds of one `condition` (a policy, or a store's condition
+    name) are replayed; the condition is needed when the folder holds several.
     """
 
     params = (Param("run", str, "", "run folder of `ascp run`, or experiment store, to replay"),
-              Param("condition", str, "", "the store's condition whose rounds are replayed"))
+              Param("condition", str, "", "the condition (policy) whose rounds are replayed"))
 
     def __init__(self, run: str, condition: str = "") -> None:
-        folder = Path(run)
         self.name = f"replay({run}{', ' + condition if condition else ''})"
         # case -> passage -> [(round, normalised score, used)]
         self.readings: dict[str, dict[str, list[tuple[int, float, bool]]]] = {}
         self.rounds: dict[str, set[int]] = {}
-        if (folder / "rounds.jsonl").is_file():
-            for where, rec in run_records(folder / "rounds.jsonl"):
-                self._add(where, rec, str(rec.get("case_id")))
-        elif (folder / "units.jsonl").is_file():
-            units = run_records(folder / "units.jsonl")
-            names = sorted({str(u.get("condition")) for _, u in units})
-            if not condition and len(names) == 1:
-                condition = names[0]
-            if condition not in names:
-                raise AscpError(f"replay consumer: give one of the store's conditions, e.g. "
-                                f"replay(run={run},condition={names[0]}); it holds: {'; '.join(names)}.")
-            for where, unit in units:
-                if unit.get("condition") == condition:
-                    for rec in unit.get("rounds", []):
-                        self._add(where, rec, str(unit.get("case_id")))
-        else:
-            raise AscpError(f"replay consumer: {folder} holds neither rounds.jsonl (`ascp run`) nor units.jsonl "
-                            "(an experiment store); give the folder of a run.")
+        results = recorded_run("replay", run)
+        names = results.conditions
+        if not condition and len(names) == 1:
+            condition = names[0]
+        if condition not in names:
+            holder = "store" if results.kind == "store" else "run"
+            raise AscpError(f"replay consumer: give one of the {holder}'s conditions, e.g. "
+                            f"replay(run={run},condition={names[0] if names else 'NAME'}); it holds: "
+                            f"{'; '.join(names) or 'none'}.")
+        for unit in results.units:
+            if unit.condition == condition:
+                for r in unit.rounds:
+                    self._add(unit.where, r, unit.case_id)
 
-    def _add(self, where: str, rec: dict, case_id: str) -> None:
-        try:
-            t, used = int(rec["round"]), set(rec["used"])
-            readings = {d: float(rec["normalized"].get(d, 0.0)) for d in rec["context"]}
-        except (ValueError, KeyError, TypeError, AttributeError):
-            raise AscpError(f"replay consumer: {where} is not a round record of a run.") from None
-        if t in self.rounds.get(case_id, set()):
-            raise AscpError(f"replay consumer: {where} repeats round {t} of case {case_id!r} (the run holds several "
-                            "seeds, models or tasks for it); replay a run with one reading per case and round.")
-        self.rounds.setdefault(case_id, set()).add(t)
-        for d, a in readings.items():
-            self.readings.setdefault(case_id, {}).setdefault(d, []).append((t, a, d in used))
+    def _add(self, where: str, r: Round, case_id: str) -> None:
+        if r.round in self.rounds.get(case_id, set()):
+            raise AscpError(f"replay consumer: {where} repeats round {r.round} of case {case_id!r} (the run holds "
+                            "several seeds, models or tasks for it); replay a run with one reading per case and "
+                            "round.")
+        self.rounds.setdefault(case_id, set()).add(r.round)
+        for d in r.context:
+            self.readings.setdefault(case_id, {}).setdefault(d, []).append(
+                (r.round, float(r.normalized.get(d, 0.0)), d in r.used))
 
     def check(self, cases: Sequence[Case], T: int) -> None:
         """The replayed run must cover these cases and rounds 1..T (else one sentence)."""

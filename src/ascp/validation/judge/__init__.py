@@ -23,12 +23,7 @@ proxy), `judging` (a portfolio's and a run's judgements), `statistics`, `report`
 """
 
 from ascp.validation.judge.judging import JudgeResult, PortfolioJudgement, judge_portfolio, judge_portfolios
-from ascp.validation.judge.portfolios import (
-    JudgedPortfolio,
-    load_portfolios,
-    load_run_portfolios,
-    load_store_portfolios,
-)
+from ascp.validation.judge.portfolios import JudgedPortfolio, load_portfolios
 from ascp.validation.judge.prompts import (
     COVERAGE_INSTRUCTION,
     COVERAGE_QUESTION,
@@ -54,7 +49,7 @@ __all__ = [
     "NOVELTY_QUESTION", "NO_WORDS", "PAPER", "USED_AT", "YES_WORDS", "EmbedFn", "JudgeResult", "JudgedPortfolio",
     "PortfolioJudgement", "answer_ids", "answers_block", "blinded", "check_judge_out", "coverage_prompts",
     "coverage_template", "judge_portfolio", "judge_portfolios", "judge_statistics", "load_portfolios",
-    "load_run_portfolios", "load_store_portfolios", "masked", "novelty_prompts", "novelty_template", "p_yes",
+    "masked", "novelty_prompts", "novelty_template", "p_yes",
     "probe_reading", "prompts_used", "proxy_readings", "results_markdown", "spearman", "top1_agreement",
     "write_judge",
 ]

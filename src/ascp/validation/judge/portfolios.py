@@ -1,5 +1,6 @@
-"""The portfolios to judge, from an `ascp run` folder (read by `ascp.loop.runfolder`; passage texts
-from the case file its config names) or an `ascp experiment run` store (`plan.json`, `units.jsonl`)."""
+"""The portfolios to judge, from an `ascp run` folder, an `ascp simulate` output or an `ascp experiment
+run` store (read by `ascp.results.read_results`; passage texts from the case file its config or plan
+names)."""
 
 from __future__ import annotations
 
@@ -85,63 +86,28 @@ def _case(cases: dict[str, Case], case_id: str, data: str) -> Case:
     return cases[case_id]
 
 
-def load_run_portfolios(directory: Path, limit: int | None = None) -> list[JudgedPortfolio]:
-    """The portfolios of an `ascp run` folder, in `cases.jsonl` order (the first `limit`)."""
-    from ascp.loop.runfolder import read_run
-
-    run = read_run(directory)
-    config = run.config
-    rounds = run.rounds()
-    rows = run.cases[:limit]
-    data = str(config.get("data", ""))
-    cases = _load_case_file(data, str(config.get("format", "auto")), f"{directory}/summary.json")
-    policy = str(config.get("policy", ""))
-    return [_portfolio({"case_id": str(row["case_id"]), "policy": str(row.get("policy", policy))},
-                       _case(cases, str(row["case_id"]), data), rounds.get(str(row["case_id"]), []), row)
-            for row in rows]
-
-
-def load_store_portfolios(directory: Path, limit: int | None = None) -> list[JudgedPortfolio]:
-    """The units of an `ascp experiment run` store, in file order (the first `limit`)."""
-    from ascp.experiments.store import read_plan, read_units
-
-    tasks = {t["name"]: t for t in read_plan(directory)["tasks"]}
-    units = read_units(directory)[:limit]
-    cases: dict[str, dict[str, Case]] = {}
-    out = []
-    for unit in units:
-        task = tasks[unit["task"]]
-        if task["name"] not in cases:
-            cases[task["name"]] = _load_case_file(task["data"], task.get("format", "auto"), f"{directory}/plan.json")
-        key = {k: unit[k] for k in ("task", "model", "seed", "case_id", "condition")}
-        out.append(_portfolio(key, _case(cases[task["name"]], str(unit["case_id"]), task["data"]),
-                              [Round.from_json(r) for r in unit.get("rounds", [])], unit))
-    return out
-
-
 def load_portfolios(directory: str | Path, limit: int | None = None) -> tuple[str, list[JudgedPortfolio]]:
-    """("run" or "store", the portfolios) of an `ascp run` folder or an experiment store; one
-    AscpError sentence for anything else."""
-    from ascp.loop.runfolder import missing_files
+    """(the folder's kind, its portfolios) of an `ascp run` folder, an `ascp simulate` output or an
+    experiment store (`ascp.results.read_results`), in the folder's order (the first `limit`); passage
+    texts come from the data file the run's config or the store's plan names for each task."""
+    from ascp.results import read_results
 
-    directory = Path(directory)
     if limit is not None and limit < 1:
         raise AscpError(f"--limit must be at least 1, got {limit}.")
-    if not directory.is_dir():
-        raise AscpError(f"{directory} is not a folder; give the --out folder of `ascp run` (or of "
-                        "`ascp experiment run`).")
-    store = (directory / "plan.json").is_file() and (directory / "units.jsonl").is_file()
-    if not store:
-        missing = missing_files(directory)
-        if missing:
-            raise AscpError(f"{directory} holds no run ({', '.join(missing)} missing); give the --out folder of "
-                            "`ascp run` (or of `ascp experiment run`).")
-    try:
-        found = ("store", load_store_portfolios(directory, limit)) if store else \
-            ("run", load_run_portfolios(directory, limit))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise AscpError(f"{directory} is not a readable ascp run ({exc.__class__.__name__}: {exc}); give an "
-                        "unmodified output folder of `ascp run` or `ascp experiment run`.") from None
-    if not any(p.offered for p in found[1]):
+    results = read_results(directory, kinds=("run", "simulation", "store"))
+    cases: dict[str, dict[str, Case]] = {}
+    where = f"{results.path}/{'plan.json' if results.kind == 'store' else 'summary.json'}"
+    found = []
+    for unit in results.units[:limit]:
+        if unit.key.task not in results.sources:
+            raise AscpError(f"{unit.where}: task {unit.key.task!r} is not in {where}; judge an unmodified "
+                            "output folder of `ascp run` or `ascp experiment run`.")
+        data, format = results.sources[unit.key.task]
+        if unit.key.task not in cases:
+            cases[unit.key.task] = _load_case_file(data, format, where)
+        key = ({"case_id": unit.case_id, "policy": unit.condition} if results.kind != "store"
+               else unit.key._asdict())
+        found.append(_portfolio(key, _case(cases[unit.key.task], unit.case_id, data), unit.rounds, unit.record))
+    if not any(p.offered for p in found):
         raise AscpError(f"{directory} holds no portfolio with an offered passage; nothing to judge.")
-    return found
+    return results.kind, found
