@@ -66,11 +66,17 @@ demo: setup
 	$(BIN)/ascp demo
 
 # The RAGAS and DeepEval tests (tests/evals/) run in their own environment, .venv-evals, beside the
-# main suite (they take one core for about a minute; much of the main suite leaves one idle).
+# main suite (they take one core for about a minute; much of the main suite leaves one idle). Last,
+# what neither run tested: one line per group of skipped tests with the command that enables it
+# (tests/conftest.py writes them to $ASCP_SKIP_SUMMARY).
 test: setup evals
-	@$(EVALS_VENV)/bin/pytest -q -p no:cacheprovider tests/evals >$(VENV)/evals-tests.log 2>&1 & evals=$$!; \
-	$(BIN)/pytest -q --ignore=tests/evals; main=$$?; \
+	@rm -f $(VENV)/skipped-main.txt $(VENV)/skipped-evals.txt; \
+	ASCP_SKIP_SUMMARY=$(VENV)/skipped-evals.txt $(EVALS_VENV)/bin/pytest -q -p no:cacheprovider tests/evals \
+	  >$(VENV)/evals-tests.log 2>&1 & evals=$$!; \
+	ASCP_SKIP_SUMMARY=$(VENV)/skipped-main.txt $(BIN)/pytest -q --ignore=tests/evals; main=$$?; \
 	wait $$evals; evals=$$?; echo "tests/evals (in $(EVALS_VENV)):"; cat $(VENV)/evals-tests.log; \
+	echo "not tested by make test:"; \
+	cat $(VENV)/skipped-main.txt $(VENV)/skipped-evals.txt 2>/dev/null | sed 's/^/  /' | grep . || echo "  nothing (no test skipped)"; \
 	[ $$main -eq 0 ] && [ $$evals -eq 0 ]
 
 lint: setup

