@@ -3,10 +3,15 @@
 Each scheduler and estimator lists its `params`; `validate` checks the options a user gives
 against them (one-sentence `AscpError` naming the field), canonical names are built from them,
 and `ascp policies` / `ascp estimators` print them.
+
+`name(key=value,...)` is written by `canonical_name` and read back by `parse_name` (the one parser
+of such names: scheduler specs, condition names); `parse_value` / `format_value` are the option-value
+convention both sides share.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -61,10 +66,57 @@ def validate(owner: str, params: Sequence[Param], given: Mapping[str, Any]) -> d
 
 
 def canonical_name(base: str, options: Mapping[str, Any]) -> str:
-    """`base` or `base(key=value,...)` with the options sorted by key."""
+    """`base` or `base(key=value,...)` with the options sorted by key and written by `format_value`, so
+    `parse_name` and `parse_value` read back the same options."""
     if not options:
         return base
-    return base + "(" + ",".join(f"{key}={val}" for key, val in sorted(options.items())) + ")"
+    return base + "(" + ",".join(f"{key}={format_value(val)}" for key, val in sorted(options.items())) + ")"
+
+
+_SPEC = re.compile(r"^\s*([A-Za-z0-9_-]+)\s*(?:\((.*)\))?\s*$")
+
+
+def parse_name(spec: object, what: str, example: str) -> tuple[str, list[tuple[str, str]]]:
+    """`name` or `name(key=value,...)` -> (name, [(key, value text), ...] in the order written; keys
+    stripped, values as written). Malformed text raises one sentence naming `what` ("scheduler") and
+    showing `example` ("ascp(kappa=1)")."""
+    match = _SPEC.match(spec) if isinstance(spec, str) else None
+    if match is None:
+        raise AscpError(f"malformed {what} {spec!r}; write e.g. {example}.")
+    pairs = []
+    for part in filter(str.strip, (match.group(2) or "").split(",")):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise AscpError(f"malformed option {part.strip()!r} in {what} {spec!r}; write key=value.")
+        pairs.append((key.strip(), value))
+    return match.group(1), pairs
+
+
+def parse_value(text: str) -> Any:
+    """int, float, true/false, none, or else the bare string (the option-value convention)."""
+    t = text.strip()
+    low = t.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low == "none":
+        return None
+    for cast in (int, float):
+        try:
+            return cast(t)
+        except ValueError:
+            pass
+    return t
+
+
+def format_value(value: Any) -> str:
+    """The canonical text of an option value, which `parse_value` reads back."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "none"
+    if isinstance(value, float):
+        return repr(float(value))  # numpy floats too: their repr names the type
+    return str(value)
 
 
 def describe(params: Sequence[Param]) -> list[tuple[str, str, str, str]]:

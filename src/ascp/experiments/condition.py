@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ascp.errors import AscpError
-from ascp.schedulers import parse_value
+from ascp.params import canonical_name, format_value, parse_name, parse_value
 
 ARMS: dict[str, str] = {"rotation": "rotate", "fixed": "vanilla"}  # arm -> scheduler
 ARM_OF: dict[str, str] = {v: k for k, v in ARMS.items()}  # scheduler -> arm
@@ -43,19 +43,7 @@ FIELDS = ("k", "T", "arm", "estimator", "instruction", "steer", "eta", "budget")
 STEER_ALPHA = 0.5  # the frozen setting (Appendix C); `steer: true` means this
 ETA = 0.1
 
-_NAME = re.compile(r"^\s*([A-Za-z0-9_-]+)\s*(?:\((.*)\))?\s*$")
 _BARE = re.compile(r"^[A-Za-z0-9_.+-]+$")
-
-
-def format_value(value: Any) -> str:
-    """The canonical text of an option value (the inverse of `ascp.schedulers._value`)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "none"
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)
 
 
 class ConditionError(AscpError):
@@ -151,9 +139,7 @@ class Condition:
     @property
     def scheduler(self) -> str:
         """The scheduler spec for `LoopConfig.policy`: `ascp` or `ascp(kappa=1)`."""
-        if not self.options:
-            return self.policy
-        return self.policy + "(" + ",".join(f"{k}={format_value(v)}" for k, v in self.options) + ")"
+        return canonical_name(self.policy, dict(self.options))
 
     @property
     def name(self) -> str:
@@ -182,16 +168,10 @@ class Condition:
     @classmethod
     def parse(cls, text: str) -> Condition:
         """`rotate(k=2,T=12)` or a full canonical name -> Condition; malformed names raise AscpError."""
-        match = _NAME.match(text) if isinstance(text, str) else None
-        if match is None:
-            raise AscpError(f"malformed condition {text!r}; write e.g. rotate(k=2,T=12,estimator=loo).")
+        policy, pairs = parse_name(text, "condition", "rotate(k=2,T=12,estimator=loo)")
         values: dict[str, Any] = {}
         options: dict[str, Any] = {}
-        for part in filter(str.strip, (match.group(2) or "").split(",")):
-            key, sep, val = part.partition("=")
-            key = key.strip()
-            if not sep or not key:
-                raise AscpError(f"malformed part {part.strip()!r} in condition {text!r}; write key=value.")
+        for key, val in pairs:
             target = values if key in FIELDS else options
             if key in target:
                 raise AscpError(f"condition {text!r} gives {key} twice.")
@@ -201,8 +181,8 @@ class Condition:
             values["arm"] = None
         for key in ("k", "T"):
             if key not in values:
-                raise AscpError(f"condition {text!r} lacks {key}; write e.g. {match.group(1)}(k=2,T=12).")
-        return cls(policy=match.group(1), options=tuple(options.items()), **values)
+                raise AscpError(f"condition {text!r} lacks {key}; write e.g. {policy}(k=2,T=12).")
+        return cls(policy=policy, options=tuple(options.items()), **values)
 
     @classmethod
     def from_mapping(cls, where: str, raw: dict[str, Any]) -> Condition:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import numpy as np
 
 from ascp.errors import AscpError
-from ascp.params import Param, canonical_name, validate
+from ascp.params import Param, canonical_name, parse_name, parse_value, validate
 from ascp.plugins import load_plugins
 from ascp.schedulers.ascp import Ascp, ascp_greedy, ascp_objective
 from ascp.schedulers.ascp_exposure import AscpExposure
@@ -56,7 +56,6 @@ _REGISTRY: dict[str, tuple[type[Scheduler], dict[str, Any]]] = {
 ALIASES = {"fixed": "vanilla"}
 _BUILTIN = frozenset(_REGISTRY)
 
-_SPEC = re.compile(r"^\s*([A-Za-z0-9_-]+)\s*(?:\((.*)\))?\s*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")  # what a spec's name part parses as
 
 S = TypeVar("S", bound=type[Scheduler])
@@ -126,39 +125,14 @@ def register_scheduler(name: str, cls: S | None = None, /, **preset_options: Any
     return cls
 
 
-def parse_value(text: str) -> Any:
-    """int, float, true/false, none, or else the bare string (the option-value convention)."""
-    t = text.strip()
-    low = t.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    if low == "none":
-        return None
-    for cast in (int, float):
-        try:
-            return cast(t)
-        except ValueError:
-            pass
-    return t
-
-
 def parse_scheduler(spec: str) -> tuple[str, dict[str, Any]]:
     """`name` or `name(key=value,...)` -> (registered name, options); raises AscpError when malformed."""
-    match = _SPEC.match(spec)
-    if match is None:
-        raise AscpError(f"malformed scheduler {spec!r}; write a name such as ascp or ascp(feedback=uniform,kappa=1).")
-    name, args = match.group(1), match.group(2)
+    name, pairs = parse_name(spec, "scheduler", "ascp or ascp(feedback=uniform,kappa=1)")
     name = ALIASES.get(name, name)
     load_plugins()
     if name not in _REGISTRY:
         raise AscpError(f"unknown scheduler {name!r}; choose one of {', '.join(_REGISTRY)}.")
-    options: dict[str, Any] = {}
-    for part in filter(str.strip, (args or "").split(",")):
-        key, sep, val = part.partition("=")
-        if not sep or not key.strip():
-            raise AscpError(f"malformed option {part.strip()!r} in scheduler {spec!r}; write key=value.")
-        options[key.strip()] = parse_value(val)
-    return name, options
+    return name, {key: parse_value(val) for key, val in pairs}
 
 
 def check_scheduler(spec: str) -> str:
