@@ -630,3 +630,17 @@ def test_ray_workers_share_a_models_engine_replicas(stand_in, tmp_path):
 
     with pytest.raises(AscpError, match=r"models\[0\]\.path: a list of paths must hold engine specs"):
         load_spec(bad)
+
+
+def test_an_engine_counts_the_tokens_fed_as_a_pass_from_scratch_does(stand_in, tiny_lm):
+    """One token-counting rule (`tokens_fed`): an engine's count of a call is what a from-scratch
+    pass of the model it serves feeds (its server's own prefix cache is invisible to ascp)."""
+    import ascp
+    from ascp.lm.sglang import SGLangModel
+
+    engine = SGLangModel("sglang:" + stand_in("sglang"))
+    full = list(engine.encode_prompt(QUESTION, [ascp.Passage(**p) for p in PASSAGES]).ids)
+    prompts, response = [full, full[:-3], full[5:]], engine.encode(RESPONSE)
+    assert engine.score(prompts, response).tokens_processed == \
+        tiny_lm.score(prompts, response, reuse_prefix=False).tokens_processed == \
+        sum(len(p) + len(response) - 1 for p in prompts)

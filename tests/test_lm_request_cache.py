@@ -305,3 +305,39 @@ def test_ray_workers_fill_and_read_one_cache(tmp_path, tiny_model_dir):
     close_rows(rows_of(tmp_path / "again"), rows_of(tmp_path / "ray"))
     run_experiment(spec, tmp_path / "local")
     close_rows(rows_of(tmp_path / "ray"), rows_of(tmp_path / "local"))
+
+
+def test_the_summaries_token_counts_agree_with_a_recount_from_the_records(tmp_path, tiny_model_dir):
+    """One token-counting rule (`ascp.lm.protocol.tokens_fed`): the tokens a rerun's request cache says
+    it did not feed are the records' own: each round's prompt (its generation's prefill) and, per
+    scored prompt of its leave-one-out probe (the full prompt and each deletion), the prompt and the
+    response but its last token; the scorer's own count of a from-scratch pass is the same number."""
+    from ascp.experiments.run import run_experiment
+    from ascp.lm.protocol import tokens_fed
+    from ascp.lm.resolve import load_language_model
+    from ascp.types import Passage
+
+    cache = tmp_path / "requests.sqlite"
+    spec = write_spec(tmp_path / "a", tiny_model_dir, ["rotate"])
+    run_experiment(spec, tmp_path / "first", request_cache=cache)
+    again = run_experiment(spec, tmp_path / "again", request_cache=cache)
+    said = int(re.search(r"\(([\d,]+) tokens not fed\)", again.savings[0]).group(1).replace(",", ""))
+    lm = load_language_model(str(tiny_model_dir), backend="hf", device="cpu")
+    cases = {c["id"]: c for c in map(json.loads, (tmp_path / "a" / "cases.jsonl").read_text().splitlines())}
+    generation = scoring = scratch = 0
+    for unit in unit_records(tmp_path / "again"):
+        case = cases[unit["case_id"]]
+        texts = {p["id"]: p["text"] for p in case["pool"]}
+        for r in unit["rounds"]:
+            prompt = lm.encode_prompt(case["question"], [Passage(id=i, text=texts[i]) for i in r["context"]])
+            assert prompt.num_tokens == r["prompt_tokens"]
+            generation += tokens_fed(r["prompt_tokens"])
+            response = lm.encode(r["response"])
+            assert len(response) == r["response_tokens"]
+            if not response:
+                continue
+            deletions = [lm.encode(prompt.edited_text({i + 1: ""})) for i in range(len(r["context"]))]
+            variants = [list(prompt.ids), *deletions]
+            scoring += sum(tokens_fed(len(v), len(response)) for v in variants)
+            scratch += lm.score(variants, response, reuse_prefix=False).tokens_processed
+    assert scoring > 0 and said == generation + scoring and scratch == scoring
