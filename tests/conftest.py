@@ -98,8 +98,8 @@ SKIP_GROUPS = (
     ("vLLM", "vLLM server tests", "no .venv-vllm", "`make vllm`"),
     ("Chromium", "browser tests of the pages", "no headless Chromium", "`apt-get install chromium` (Debian)"),
     ("mpnet", "mpnet embedder tests", "all-mpnet-base-v2 not assembled", "`make mpnet`"),
-    ("shared/data", "real-data tests", "no ../shared/data", "docs/data.md's commands (they build ../shared/data)"),
-    ("ASQA pools", "real-data tests", "no ../shared/data", "docs/data.md's commands (they build ../shared/data)"),
+    ("shared/data", "real-data tests", "no ../shared/data", "put the files docs/data.md lists at ../shared/data"),
+    ("ASQA pools", "real-data tests", "no ../shared/data", "put the files docs/data.md lists at ../shared/data"),
     ("llama-cpp-python", "llama.cpp backend tests", "llama-cpp-python not built",
      "`make setup` (WITH_LLAMACPP=1, needs a C++ compiler)"),
     ("SmolLM2", "real-model tests", "the embedded model or embedder is not installed",
@@ -117,7 +117,7 @@ def skip_group(reason: str) -> tuple[str, str]:
     """(group, how to enable it) for a skip's reason."""
     for pattern, group, why, command in SKIP_GROUPS:
         if pattern in reason:
-            return f"{group} ({why})", command if command.startswith("run ") else f"run {command}"
+            return f"{group} ({why})", f"run {command}" if command.startswith("`") else command
     extra = re.search(r"pip install[^)`]*'ascp\[(\w[\w-]*)\]'|pip install -e '\.\[(\w[\w-]*)\]'", reason)
     if extra:
         name = extra.group(1) or extra.group(2)
