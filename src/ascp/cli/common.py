@@ -129,7 +129,8 @@ BackendOpt = Annotated[
 ]
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for free-protocol generation and ContextCite masks.")]
-DataOpt = Annotated[Path, typer.Option("--data", help="Cases: generic JSONL or an ALCE-style ASQA JSON file.")]
+DataOpt = Annotated[Path, typer.Option("--data", help="Cases: generic JSONL, an ALCE (ASQA, QAMPARI, ELI5), "
+                                      "HotpotQA or recipe file (docs/data.md).")]
 KOpt = Annotated[int, typer.Option("--k", help="Passages per context.")]
 TOpt = Annotated[int, typer.Option("--T", help="Rounds (generations) per case.")]
 TemplateOpt = Annotated[str | None, typer.Option(

@@ -211,7 +211,7 @@ def reproduce_command(
     model: Annotated[str | None, typer.Option("--model", help="Replace the preset's generator: a model folder, "
                                               "a .gguf file or a cached hub id.")] = None,
     backend: Annotated[str | None, typer.Option("--backend", help="auto, hf or llamacpp (default: the "
-                                                "preset's, auto).")] = None,
+                                                "preset's backend; cpu-small pins hf).")] = None,
     embedder: EmbedderOverrideOpt = None,
     request_cache: RequestCacheOpt = None,
 ) -> None:
