@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import http.client
-import importlib
 import json
 import time
 import urllib.error
@@ -39,8 +38,7 @@ from ascp.lm.protocol import ScoredPrompts, tokens_fed
 from ascp.lm.sampling import Generation, SamplingConfig
 from ascp.lm.tokenized import TokenizedModel
 
-# the spec prefix of each engine -> its class (imported when a spec names it)
-ENGINES = {"vllm": "ascp.lm.vllm.VLLMModel", "sglang": "ascp.lm.sglang.SGLangModel"}
+ENGINES = ("vllm", "sglang")  # the spec prefixes; each engine's class: `ascp.lm.resolve.load_engine_model`
 TIMEOUT_S = 600.0  # one HTTP call; a long prefill of many variants on a CPU server takes minutes
 RETRIES = 3  # connection errors only, with backoff; an HTTP error answer is never retried
 IN_FLIGHT = 16  # concurrent requests per call
@@ -260,19 +258,3 @@ class EngineModel(TokenizedModel):
 
     def close(self) -> None:  # nothing held: the server owns the model
         return None
-
-
-def engine_class(kind: str) -> type[EngineModel]:
-    """The `EngineModel` subclass of engine `kind` (a key of `ENGINES`)."""
-    module, _, name = ENGINES[kind].rpartition(".")
-    cls: type[EngineModel] = getattr(importlib.import_module(module), name)
-    return cls
-
-
-def load_engine_model(spec: str) -> EngineModel:
-    """The model of `vllm:URL` / `sglang:URL`: its engine's class (checks the server before returning)."""
-    kind = engine_of(spec)
-    if kind is None:
-        EngineSpec.parse(spec)  # says how to write one
-    assert kind is not None
-    return engine_class(kind)(spec)

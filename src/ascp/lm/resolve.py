@@ -13,12 +13,16 @@ from __future__ import annotations
 import importlib.util
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ascp.errors import AscpError
 from ascp.jsonio import staged_folder
 from ascp.lm.hf import HFLanguageModel
 from ascp.lm.protocol import LanguageModel
 from ascp.paths import derived_path
+
+if TYPE_CHECKING:
+    from ascp.lm.engine import EngineModel
 
 DEFAULT_MODEL = "default"
 
@@ -158,8 +162,6 @@ def load_language_model(spec: str = DEFAULT_MODEL, device: str = "auto", dtype: 
         if backend not in ("auto", engine_of(spec)):
             raise AscpError(f"{spec!r} is served by {engine_of(spec)}; drop --backend {backend} (the spec names "
                             "its engine).")
-        from ascp.lm.engine import load_engine_model
-
         return load_engine_model(spec)
     if choose_backend(spec, device, dtype, backend) == "llamacpp":
         from ascp.lm.llamacpp import load_llamacpp_model
@@ -174,6 +176,16 @@ def load_language_model(spec: str = DEFAULT_MODEL, device: str = "auto", dtype: 
             # auto: a GGUF llama.cpp cannot run (no chat template, an architecture it lacks) may
             # still run on transformers, which says so itself if it cannot either
     return load_hf_model(spec, device, dtype)
+
+
+def load_engine_model(spec: str) -> EngineModel:
+    """The model of `vllm:URL` / `sglang:URL`, by its engine's class (it checks the server first)."""
+    from ascp.lm.engine import EngineSpec, engine_of
+    from ascp.lm.sglang import SGLangModel
+    from ascp.lm.vllm import VLLMModel
+
+    engines: dict[str, type[EngineModel]] = {"vllm": VLLMModel, "sglang": SGLangModel}
+    return engines[engine_of(spec) or EngineSpec.parse(spec).kind](spec)
 
 
 def assemble_model(spec: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto", backend: str = "auto",
