@@ -14,4 +14,4 @@ def require(module: str, extra: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError:
         raise AscpError(f"this adapter needs {module.split('.')[0]}, which is not installed; install it with "
-                        f"`pip install 'ascp[{extra}]'`.") from None
+                        f"`pip install -e '.[{extra}]'` in a clone of ascp.") from None
