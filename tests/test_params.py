@@ -59,3 +59,43 @@ def test_scheduler_specs_and_condition_names_use_the_one_parser():
     assert Condition.parse(cond.name) == cond
     with pytest.raises(AscpError, match="malformed option 'k' in condition"):
         Condition.parse("ascp(k,T=3)")
+
+
+@pytest.mark.parametrize("value, whole, number", [
+    (3, True, True), (np.int64(3), True, True), (True, False, False), (2.5, False, True),
+    (np.float32(2.5), False, True), (math.inf, False, False), (math.nan, False, False), ("3", False, False),
+    (None, False, False),
+])
+def test_the_type_rules(value, whole, number):
+    from ascp.params import is_number, is_whole
+
+    assert is_whole(value) is whole and is_number(value) is number
+    assert is_number(math.inf, finite=False)
+
+
+def test_validate_applies_the_type_rules_with_one_sentence():
+    params = [Param("n", int, 1, "count"), Param("x", float, 0.5, "weight")]
+    assert validate("policy 'p'", params, {"n": np.int64(4), "x": 1}) == {"n": 4, "x": 1.0}
+    assert validate("policy 'p'", params, {"n": 2.0}) == {"n": 2}
+    for bad in ({"n": math.inf}, {"n": math.nan}, {"n": 2.5}, {"n": True}, {"x": "1"}, {"x": False}):
+        with pytest.raises(AscpError, match="bad option value for policy 'p'"):
+            validate("policy 'p'", params, bad)
+
+
+def test_every_hand_check_uses_the_type_rules():
+    import ascp.api
+    import ascp.reading
+    from ascp import params
+    from ascp.experiments import condition, run, spec
+
+    for module in (condition, spec, ascp.reading):
+        assert module.is_number is params.is_number
+    for module in (condition, spec, run, ascp.api):
+        assert module.is_whole is params.is_whole
+    assert ascp.api._whole("k", np.int64(3), 1) == 3
+    with pytest.raises(AscpError, match="must be a whole number of at least 1"):
+        ascp.api._whole("k", 0, 1)
+    ascp.reading.check_threshold(np.float64(0.5))
+    with pytest.raises(AscpError):
+        ascp.reading.check_threshold(math.nan)
+    assert condition.Condition("ascp", np.int64(2), 3).k == 2

@@ -19,13 +19,13 @@ sentence: wrong types, empty or invalid-Unicode text, k, T, seeds and thresholds
 from __future__ import annotations
 
 import functools
-import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ascp.errors import AscpError
 from ascp.lm.prompts import prompt_template
+from ascp.params import is_whole
 from ascp.types import AnswerUnit, AttributionRequest, AttributionResult, Case, Passage, Portfolio
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ def _kind(value: object) -> str:
 
 def _whole(name: str, value: object, low: int | None = None) -> int:
     """`value` as an int when it is a whole number (not a bool) of at least `low`."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or (low is not None and value < low):
+    if not is_whole(value) or (low is not None and value < low):
         bound = f" of at least {low}" if low is not None else ""
         raise AscpError(f"{name} must be a whole number{bound}, got {_shown(value)}.")
     return int(value)

@@ -2,7 +2,8 @@
 
 Each scheduler and estimator lists its `params`; `validate` checks the options a user gives
 against them (one-sentence `AscpError` naming the field), canonical names are built from them,
-and `ascp policies` / `ascp estimators` print them.
+and `ascp policies` / `ascp estimators` print them. `is_whole` and `is_number` are the type rules
+`validate` applies, for every other place that checks a value a user gave (each with its own sentence).
 
 `name(key=value,...)` is written by `canonical_name` and read back by `parse_name` (the one parser
 of such names: scheduler specs, condition names); `parse_value` / `format_value` are the option-value
@@ -11,12 +12,25 @@ convention both sides share.
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from ascp.errors import AscpError
+
+
+def is_whole(value: object) -> TypeGuard[int]:
+    """An integer (Python's or numpy's, which behave as int), never a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def is_number(value: object, finite: bool = True) -> TypeGuard[float]:
+    """A real number (integers included), never a bool; finite unless `finite=False`."""
+    return (isinstance(value, numbers.Real) and not isinstance(value, bool)
+            and (not finite or math.isfinite(value)))
 
 
 @dataclass(frozen=True)
@@ -43,11 +57,11 @@ class Param:
                 return value
             raise bad
         if self.type is int:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+            if not (is_whole(value) or (is_number(value) and float(value).is_integer())):  # 2.0 is whole
                 raise bad
             return int(value)
         if self.type is float:
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if not is_number(value, finite=False):
                 raise bad
             return float(value)
         if not isinstance(value, str) or (self.choices and value not in self.choices):

@@ -18,7 +18,6 @@ calibration file in `resolve_used_threshold`.
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,6 +25,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ascp.errors import AscpError
+from ascp.params import is_number
 
 PAPER_FREE_SCALE = 0.555
 """a of the paper's tau(k) = a k^b (Sec. 4.4, fitted on free generations)."""
@@ -79,8 +79,7 @@ def check_threshold(threshold: object, where: str = "threshold") -> None:
     one would make the used set meaningless; 0 counts every positive-scored passage as used."""
     if threshold is None:
         return
-    if (isinstance(threshold, bool) or not isinstance(threshold, numbers.Real)
-            or not (math.isfinite(threshold) and 0.0 <= float(threshold) <= 1.0)):
+    if not is_number(threshold) or not 0.0 <= float(threshold) <= 1.0:
         raise AscpError(f"{where} must be a number in [0, 1] on normalised scores (or None for tau(k) = "
                         f"0.555 k^-0.633), got {threshold!r}; pass e.g. 0.2.")
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ascp.errors import AscpError
-from ascp.params import canonical_name, format_value, parse_name, parse_value
+from ascp.params import canonical_name, format_value, is_number, is_whole, parse_name, parse_value
 
 ARMS: dict[str, str] = {"rotation": "rotate", "fixed": "vanilla"}  # arm -> scheduler
 ARM_OF: dict[str, str] = {v: k for k, v in ARMS.items()}  # scheduler -> arm
@@ -56,9 +56,9 @@ class ConditionError(AscpError):
 
 
 def _check_int(field: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_whole(value) or value < 1:
         raise ConditionError(field, f"expected an integer of at least 1, got {value!r}.")
-    return value
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -87,8 +87,8 @@ class Condition:
             raise ConditionError("policy", f"unknown scheduler {self.policy!r}; "
                                  f"choose one of {', '.join(SCHEDULER_NAMES)}.")
         object.__setattr__(self, "policy", policy)
-        _check_int("k", self.k)
-        _check_int("T", self.T)
+        object.__setattr__(self, "k", _check_int("k", self.k))
+        object.__setattr__(self, "T", _check_int("T", self.T))
         if self.arm is not None and self.arm not in ARMS:
             raise ConditionError("arm", f"unknown arm {self.arm!r}; choose rotation or fixed.")
         derived = ARM_OF.get(policy)
@@ -104,7 +104,7 @@ class Condition:
             raise ConditionError("instruction", f"unknown instruction {self.instruction!r}; "
                                  f"choose one of {', '.join(INSTRUCTIONS)}.")
         if self.budget is not None:
-            _check_int("budget", self.budget)
+            object.__setattr__(self, "budget", _check_int("budget", self.budget))
             if self.T != 1:
                 raise ConditionError("budget", f"a budgeted structured response is one generation, got T={self.T}; "
                                      "set T=1 or drop budget.")
@@ -117,11 +117,11 @@ class Condition:
             steer = None
         elif steer is True:
             steer = STEER_ALPHA
-        if steer is not None and (not isinstance(steer, (int, float)) or not math.isfinite(steer) or steer < 0):
+        if steer is not None and (not is_number(steer) or steer < 0):
             raise ConditionError("steer", f"expected a steering strength of at least 0 or none, got {steer!r}.")
         object.__setattr__(self, "steer", None if steer is None else float(steer))
         eta = self.eta
-        if eta is not None and (isinstance(eta, bool) or not isinstance(eta, (int, float)) or not 0 <= eta < 1):
+        if eta is not None and (not is_number(eta) or not 0 <= eta < 1):
             raise ConditionError("eta", f"expected a plausibility cutoff in [0, 1), got {eta!r}.")
         object.__setattr__(self, "eta", None if steer is None else float(ETA if eta is None else eta))
         options = []

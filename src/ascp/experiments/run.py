@@ -14,6 +14,7 @@ from ascp.experiments.plan import Plan, UnitKey, make_plan
 from ascp.experiments.spec import ExperimentSpec, load_spec
 from ascp.experiments.store import RunStore, iter_rounds, read_plan, read_units, writer_pid
 from ascp.jsonio import atomic_writer
+from ascp.params import is_whole
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ def prepare(spec: ExperimentSpec | str | Path, executor: str = "local", workers:
     (`--embedder`) and `prefix_cache_mb` (`--prefix-cache-mb`) replace the spec's."""
     if executor not in EXECUTORS:
         raise AscpError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}.")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+    if not is_whole(workers) or workers < 1:
         raise AscpError(f"--workers must be at least 1, got {workers!r}.")
     if executor == "local" and workers != 1:
         raise AscpError("--workers applies to --executor ray; the local executor runs in one process, batched.")

@@ -7,7 +7,6 @@ See docs/experiments.md for the schema. Every error names the offending field
 from __future__ import annotations
 
 import itertools
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 from ascp.errors import AscpError
 from ascp.experiments.condition import ARMS, FIELDS, Condition
+from ascp.params import is_number, is_whole
 
 TOP_KEYS = ("name", "description", "tasks", "models", "seeds", "grid", "conditions", "sampling", "embedder",
             "batch_cases", "batch_size", "threshold", "device", "backend", "template", "system", "nli_model",
@@ -111,14 +111,13 @@ def _list(where: str, value: Any) -> list[Any]:
 
 
 def _int(where: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+    if not is_whole(value) or value < low:
         raise _fail(where, f"expected an integer of at least {low}, got {value!r}.")
-    return value
+    return int(value)
 
 
 def _number(where: str, value: Any, low: float, low_open: bool = False) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < low or (low_open and value == low):
+    if not is_number(value) or value < low or (low_open and value == low):
         bound = f"greater than {low}" if low_open else f"at least {low}"
         raise _fail(where, f"expected a number {bound}, got {value!r}.")
     return float(value)
