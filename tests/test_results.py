@@ -46,7 +46,8 @@ def folders(tiny_model_dir, tmp_path_factory) -> dict[str, Path]:
     _ok(invoke_cli(["run", "--data", data, "--policy", "rotate", "--k", "2", "--T", "2", "--out", root / "run",
                     "--model", tiny_model_dir, "--max-new-tokens", "4", "--embedder", "hashing"]))
     spec = {"name": "tiny", "tasks": [{"name": "toy", "data": str(data), "format": "jsonl"}],
-            "models": [str(tiny_model_dir)], "seeds": [0], "grid": {"policy": ["rotate", "vanilla"], "k": [2], "T": [2]},
+            "models": [str(tiny_model_dir)], "seeds": [0],
+            "grid": {"policy": ["rotate", "vanilla"], "k": [2], "T": [2]},
             "sampling": {"max_new_tokens": 4}, "embedder": "hashing"}
     (root / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
     _ok(invoke_cli(["experiment", "run", root / "spec.yaml", "--out", root / "store"]))
