@@ -396,8 +396,8 @@ def test_steered_stream_that_does_not_fit_is_a_clear_error(tiny_lm):
     one = tiny_lm.encode_prompt(case.question, case.pool[:1]).num_tokens
     three = tiny_lm.encode_prompt(case.question, case.pool[:3]).num_tokens
     small = tiny_language_model(seed=0, context_window=(one + three) // 2 + 4)
-    config = LoopConfig(policy="rotate", k=1, T=4, sampling=SamplingConfig(max_new_tokens=4), probe=ProbeSettings(threshold=0.5),
-                        steer=SteerConfig())
+    config = LoopConfig(policy="rotate", k=1, T=4, sampling=SamplingConfig(max_new_tokens=4),
+                        probe=ProbeSettings(threshold=0.5), steer=SteerConfig())
     with pytest.raises(AscpError, match=r"round [34] \(O only\).*context window"):
         run_portfolios(small, [case], config, _embed, estimator=FirstPassageEstimator())
 
