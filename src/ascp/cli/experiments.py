@@ -179,7 +179,9 @@ def report_command(
     from ascp.report.reproduce import PRESET_CLAIMS, PRESETS
 
     with user_errors():
-        if (directory / "comparison.json").is_file():  # an `ascp simulate` folder: its comparison table
+        from ascp.results.reader import kind_of
+
+        if kind_of(directory) == "simulation":  # an `ascp simulate` folder: its comparison table
             from ascp.report.simulation import write_simulation_report
 
             written = write_simulation_report(directory, out_dir)

@@ -9,11 +9,12 @@ A consumer reads one round's context and says which passages were used, as a pro
 - `oracle`: uses exactly the answer-bearing passages of the context (those attesting at least one
   gold unit by the PR@T rule).
 - `replay(RUN_DIR)`: the readings a real run's probe gave, looked up per case, round and passage
-  in `RUN_DIR/rounds.jsonl` (or, for an experiment store, the rounds of one condition:
-  `replay(run=STORE,condition=NAME)`). A passage the recorded run showed in that round keeps its recorded
-  reading; a passage it did not show then takes its reading from the nearest round in which the
-  recorded run showed it (earlier round on a tie); a passage the recorded run never showed for the
-  case is not used (normalised score 0).
+  in `RUN_DIR/rounds.jsonl` (or, for an `ascp simulate` output or an experiment store, the rounds
+  of one policy or condition: `replay(run=STORE,condition=NAME)`; read by `ascp.results`). A
+  passage the recorded run showed in that round keeps its recorded reading; a passage it did not
+  show then takes its reading from the nearest round in which the recorded run showed it
+  (earlier round on a tie); a passage the recorded run never showed for the case is not used
+  (normalised score 0).
 - `fit(run=RUN_DIR)`: a logistic model of a real run's use decisions, P(used) =
   sigmoid(b0 + b_rank log(rank) + b_bearing [answer-bearing] + b_shown log(1 + times shown
   before)), fitted to every recorded (case, round, shown passage) of the run whose case is among
