@@ -476,3 +476,21 @@ def test_preallocated_cache_layer_grows_and_matches_concatenation():
         expected = torch.cat([expected, new], dim=2)
         assert torch.equal(keys, expected) and layer.get_seq_length() == expected.shape[2]
         assert torch.equal(values[:, :, 5:], expected[:, :, 5:])
+
+
+def test_every_steering_default_reads_the_one_constant(monkeypatch, cli):
+    import re
+
+    from ascp.experiments.condition import Condition
+    from ascp.lm import steering
+
+    assert (SteerConfig().alpha, SteerConfig().eta) == (steering.DEFAULT_ALPHA, steering.DEFAULT_ETA)
+    steered = Condition.parse("ascp(k=2,T=2,steer=true)")
+    assert (steered.steer, steered.eta) == (steering.DEFAULT_ALPHA, steering.DEFAULT_ETA)
+    monkeypatch.setattr(steering, "DEFAULT_ETA", 0.2)
+    monkeypatch.setattr(steering, "DEFAULT_ALPHA", 0.7)
+    assert Condition.parse("ascp(k=2,T=2,steer=true)").eta == 0.2  # read, not copied
+    assert Condition.parse("ascp(k=2,T=2,steer=true)").steer == 0.7
+    monkeypatch.undo()
+    text = re.sub(r"[\s│]+", " ", cli("run", "--help").output)  # the help text names the same values
+    assert f"default {steering.DEFAULT_ALPHA})" in text and f"default {steering.DEFAULT_ETA})" in text

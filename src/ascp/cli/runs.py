@@ -137,8 +137,8 @@ def run(
             raise AscpError(f"--limit must be at least 1, got {limit}.")
         if not steer and (alpha is not None or eta is not None or not contrast or not apc):
             raise AscpError("--alpha, --eta, --no-contrast and --no-apc only apply with --steer; add --steer.")
-        steer_config = SteerConfig(alpha=0.5 if alpha is None else alpha, eta=0.1 if eta is None else eta,
-                                   contrast=contrast, apc=apc) if steer else None
+        given = {name: value for name, value in (("alpha", alpha), ("eta", eta)) if value is not None}
+        steer_config = SteerConfig(**given, contrast=contrast, apc=apc) if steer else None  # its defaults else
         from ascp.lm.prompts import prompt_template
         from ascp.lm.sampling import SamplingConfig
 

@@ -40,8 +40,6 @@ from ascp.params import canonical_name, format_value, is_number, is_whole, parse
 ARMS: dict[str, str] = {"rotation": "rotate", "fixed": "vanilla"}  # arm -> scheduler
 ARM_OF: dict[str, str] = {v: k for k, v in ARMS.items()}  # scheduler -> arm
 FIELDS = ("k", "T", "arm", "estimator", "instruction", "steer", "eta", "budget")
-STEER_ALPHA = 0.5  # the frozen setting (Appendix C); `steer: true` means this
-ETA = 0.1
 
 _BARE = re.compile(r"^[A-Za-z0-9_.+-]+$")
 
@@ -73,13 +71,14 @@ class Condition:
     estimator: str = "loo"
     instruction: str = "commit"
     steer: float | None = None  # steering strength alpha; None = ordinary decoding
-    eta: float | None = None  # APC cutoff when steering (default 0.1); None when not steering
+    eta: float | None = None  # APC cutoff when steering (default `lm.steering.DEFAULT_ETA`); None when not
     options: tuple[tuple[str, Any], ...] = ()  # scheduler options, sorted by key
     budget: int | None = None  # rounds' worth of max_new_tokens for one structured response; None = one round
 
     def __post_init__(self) -> None:
         from ascp.attribution import ESTIMATOR_NAMES
         from ascp.lm.prompts import INSTRUCTIONS, is_structured
+        from ascp.lm.steering import DEFAULT_ALPHA, DEFAULT_ETA
         from ascp.schedulers import ALIASES, SCHEDULER_NAMES
 
         policy = ALIASES.get(self.policy, self.policy)
@@ -116,14 +115,14 @@ class Condition:
         if steer is False or (isinstance(steer, str) and steer.lower() in ("none", "off")):
             steer = None
         elif steer is True:
-            steer = STEER_ALPHA
+            steer = DEFAULT_ALPHA  # `steer: true`
         if steer is not None and (not is_number(steer) or steer < 0):
             raise ConditionError("steer", f"expected a steering strength of at least 0 or none, got {steer!r}.")
         object.__setattr__(self, "steer", None if steer is None else float(steer))
         eta = self.eta
         if eta is not None and (not is_number(eta) or not 0 <= eta < 1):
             raise ConditionError("eta", f"expected a plausibility cutoff in [0, 1), got {eta!r}.")
-        object.__setattr__(self, "eta", None if steer is None else float(ETA if eta is None else eta))
+        object.__setattr__(self, "eta", None if steer is None else float(DEFAULT_ETA if eta is None else eta))
         options = []
         for key, value in sorted(dict(self.options).items()):
             if key in FIELDS or key == "policy" or not _BARE.match(key):

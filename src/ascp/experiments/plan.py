@@ -168,5 +168,6 @@ def loop_config(condition: Condition, seed: int, settings: Settings):
     if condition.steer is not None:
         from ascp.lm.steering import SteerConfig
 
-        kwargs["steer"] = SteerConfig(alpha=condition.steer, eta=0.1 if condition.eta is None else condition.eta)
+        kwargs["steer"] = (SteerConfig(alpha=condition.steer) if condition.eta is None  # its default cutoff
+                           else SteerConfig(alpha=condition.steer, eta=condition.eta))
     return LoopConfig(**kwargs)

@@ -26,6 +26,9 @@ from ascp.lm.protocol import LanguageModel, SteerableModel, model_name
 from ascp.lm.sampling import Generation, LogitMix, SamplingConfig
 from ascp.types import Passage
 
+DEFAULT_ALPHA = 0.5  # the frozen setting (Appendix C): every default of the steering strength reads it
+DEFAULT_ETA = 0.1  # and of the plausibility cutoff
+
 
 @dataclass(frozen=True)
 class SteerConfig:
@@ -35,8 +38,8 @@ class SteerConfig:
     (contrast only); both off is ordinary sampling.
     """
 
-    alpha: float = 0.5
-    eta: float = 0.1
+    alpha: float = DEFAULT_ALPHA
+    eta: float = DEFAULT_ETA
     contrast: bool = True
     apc: bool = True
 
