@@ -464,7 +464,6 @@ def test_a_registered_estimator_is_reported_rendered_and_tabled_as_the_builtin(r
     """Reports, views and the validation read an estimator's declarations, never its name: a copy of a
     built-in's class registered under another name is treated exactly as the built-in."""
     from ascp.attribution import estimator_facts
-    from ascp.render.rows import score_unit
     from ascp.report.frame import unit_frame
     from ascp.report.tables import elasticity_groups
     from ascp.validation.analysis import query_proxies
@@ -473,7 +472,7 @@ def test_a_registered_estimator_is_reported_rendered_and_tabled_as_the_builtin(r
     register_estimator("my-copy", _same_facts(base, "my-copy"))
     facts, copy = estimator_facts(builtin), estimator_facts("my-copy")
     assert {**facts.__dict__, "name": "my-copy"} == copy.__dict__
-    assert score_unit("my-copy") == score_unit(builtin)
+    assert copy.unit == facts.unit == ("nats/token" if facts.nats_per_token else "score")
     assert query_proxies([builtin, "my-copy"]) == ((builtin, "my-copy") if not facts.reads_response else ())
 
     def frame(name):

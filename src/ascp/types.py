@@ -56,8 +56,10 @@ class AttributionResult:
     """One estimator's reading of one request; `scores` follow the context order of the request.
 
     `prompt` is the exact chat-templated text scored before the response and `passage_spans`
-    the character span of each passage block in it. `token_logprobs` (not written to JSON) keeps
-    what `for_span` needs; it is set for `loo` and `replace`.
+    the character span of each passage block in it. `unit` is the unit of `scores` as the estimator
+    declares it ("nats/token" for an estimator on leave-one-out's scale, else "score").
+    `token_logprobs` (not written to JSON) keeps what `for_span` needs; it is set for `loo` and
+    `replace`.
     """
 
     id: str
@@ -73,6 +75,7 @@ class AttributionResult:
     extra: dict[str, object] = field(default_factory=dict)
     threshold: float | None = None
     token_logprobs: TokenLogprobs | None = field(default=None, compare=False, repr=False)
+    unit: str = "score"
 
     def to_json(self) -> dict[str, object]:
         """The record written by `ascp attribute` (one JSONL line)."""
@@ -87,6 +90,7 @@ class AttributionResult:
             "prompt": self.prompt,
             "passage_spans": {k: list(v) for k, v in self.passage_spans.items()},
             "seconds": round(self.seconds, 4),
+            "unit": self.unit,
             **self.extra,
         }
 
@@ -101,6 +105,7 @@ class AttributionResult:
             used=tuple(record["used"]), prompt=str(record["prompt"]),
             passage_spans={k: (int(v[0]), int(v[1])) for k, v in record["passage_spans"].items()},
             seconds=float(record["seconds"]),
+            unit=str(record.get("unit", "score")),
             extra={k: v for k, v in record.items() if k not in known},
         )
 

@@ -161,7 +161,13 @@ def estimator_facts(name: str) -> EstimatorFacts:
     holder: Any = factory
     if not isinstance(factory, type):
         holder = factory(**{p.name: p.default for p in getattr(factory, "params", ())})
-    return EstimatorFacts(name, *(bool(getattr(holder, fact, getattr(Estimator, fact))) for fact in _FACTS))
+    return facts_of(holder, name)
+
+
+def facts_of(estimator: Estimator | type[Estimator], name: str | None = None) -> EstimatorFacts:
+    """The declarations of an estimator instance or class (registered or not)."""
+    return EstimatorFacts(name or estimator.name,
+                          *(bool(getattr(estimator, fact, getattr(Estimator, fact))) for fact in _FACTS))
 
 
 def recorded_facts(name: Any) -> EstimatorFacts | None:
@@ -189,5 +195,5 @@ def make_estimator(name: str, **options: Any) -> Estimator:
 
 
 __all__ = ["DEFAULT_ESTIMATOR", "ESTIMATOR_NAMES", "VALIDATION_ESTIMATORS", "Estimator", "EstimatorFacts",
-           "estimator_facts", "estimator_names", "estimator_params", "free_threshold", "make_estimator", "normalize",
-           "recorded_facts", "register_estimator", "used_mask"]
+           "estimator_facts", "estimator_names", "estimator_params", "facts_of", "free_threshold", "make_estimator",
+           "normalize", "recorded_facts", "register_estimator", "used_mask"]

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ascp.attribution import DEFAULT_ESTIMATOR, estimator_facts, estimator_params, make_estimator
+from ascp.attribution import DEFAULT_ESTIMATOR, estimator_facts, estimator_params, facts_of, make_estimator
 from ascp.attribution.base import Estimator, ProbeInput
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
@@ -177,4 +177,5 @@ def attribute_one(lm: LanguageModel, estimator: Estimator, request: AttributionR
         seconds=probed.seconds,
         threshold=reading.threshold,
         token_logprobs=probed.token_logprobs,
+        unit=facts_of(estimator).unit,
     )

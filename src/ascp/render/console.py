@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.table import Table
 
-from ascp.render.rows import passage_rows, score_unit
+from ascp.render.rows import passage_rows
 from ascp.types import AttributionRequest, AttributionResult
 
 
@@ -19,7 +19,7 @@ def attribution_table(request: AttributionRequest, result: AttributionResult) ->
     )
     table.add_column("passage")
     table.add_column("text")
-    table.add_column(f"{result.estimator} ({score_unit(result.estimator)})", justify="right")
+    table.add_column(f"{result.estimator} ({result.unit})", justify="right")
     table.add_column("normalised", justify="right")
     table.add_column("used", justify="center")
     for row in passage_rows(result):

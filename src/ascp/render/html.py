@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
-from ascp.render.rows import passage_rows, score_unit
+from ascp.render.rows import passage_rows
 from ascp.types import AttributionResult, Portfolio
 
 STYLE = (
@@ -23,7 +23,7 @@ def _shade(normalized: float) -> str:
 
 def attribution_body(result: AttributionResult) -> str:
     """The response, then every passage shaded by its normalised score; used ones marked."""
-    unit = score_unit(result.estimator)
+    unit = result.unit
     parts = [f"<div class='resp'><b>response</b> ({result.response_tokens} tokens): {escape(result.response)}</div>"]
     for row in passage_rows(result):
         tag = "<span class='tag'>used</span> " if row.used else ""

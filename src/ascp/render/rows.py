@@ -22,11 +22,3 @@ def passage_rows(result: AttributionResult) -> list[PassageRow]:
                    used=pid in result.used)
         for pid, score in result.scores.items()
     ]
-
-
-def score_unit(estimator: str) -> str:
-    """The unit of an estimator's raw scores, as it declares it ("score" for a name not registered here)."""
-    from ascp.attribution import recorded_facts
-
-    facts = recorded_facts(estimator)
-    return facts.unit if facts is not None else "score"
