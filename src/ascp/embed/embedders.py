@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import re
 import zlib
@@ -25,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ascp.errors import AscpError
+from ascp.paths import folder_identity
 
 DEFAULT_EMBEDDER = "default"
 HASHING = "hashing"
@@ -87,12 +89,14 @@ def check_embedder(spec: str, where: str = "--embedder") -> str:
 
 def embedder_id(spec: str) -> str:
     """A short name that identifies the embedder's vectors (cache file names, records): `minilm`,
-    `mpnet`, `hashing`, or `<folder name>-<8 hex digits of its absolute path>`."""
+    `mpnet`, `hashing`, or `<folder name>-<8 hex digits of its absolute path and the `file_identity`
+    of each file in it>`, so a model rewritten in place gets another id (and another cache file)."""
     if spec in ("default", "minilm", "mpnet", HASHING):
         return "minilm" if spec == "default" else spec
     path = str(Path(spec).expanduser().resolve())
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(path).name) or "embedder"
-    return f"{stem}-{hashlib.blake2b(path.encode('utf-8'), digest_size=4).hexdigest()}"
+    key = json.dumps([path, folder_identity(path)]).encode("utf-8")
+    return f"{stem}-{hashlib.blake2b(key, digest_size=4).hexdigest()}"
 
 
 def hashing_embed(texts: Sequence[str], dim: int = 256) -> np.ndarray:

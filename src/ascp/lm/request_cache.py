@@ -77,12 +77,10 @@ def resolve_cache_path(value: str | Path | None) -> Path | None:
 
 
 def files_identity(paths: Sequence[Path]) -> list[tuple[str, int, int]]:
-    """Each file's resolved path, size and modification time (ns): a weights file's identity."""
-    out = []
-    for path in sorted(paths):
-        stat = path.stat()
-        out.append((str(path.resolve()), stat.st_size, stat.st_mtime_ns))
-    return out
+    """`ascp.paths.file_identity` of each file, sorted by path: weights files' identity."""
+    from ascp.paths import file_identity
+
+    return [file_identity(path) for path in sorted(paths)]
 
 
 def fingerprint_of(parts: dict[str, Any]) -> str:
