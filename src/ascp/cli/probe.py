@@ -9,18 +9,22 @@ from typing import Annotated, Any
 import typer
 
 from ascp.cli.common import (
+    AttributeSeedOpt,
     BackendOpt,
+    BootstrapSeedOpt,
+    DataOpt,
     DeviceOpt,
     EstimatorOpt,
     Input,
     ModelOpt,
     OutOpt,
+    PoolsSeedOpt,
     ProxyEmbedderOpt,
     RequestCacheOpt,
-    SeedOpt,
     SystemOpt,
     TemplateOpt,
     ThresholdOpt,
+    ValidationSeedOpt,
     _params_table,
     _progress,
     app,
@@ -34,18 +38,20 @@ from ascp.errors import AscpError
 
 
 def run_attribution(
-    input_path: Path, estimator_name: str, model: str, seed: int, out_path: Path | None,
+    input_path: Path, estimator_name: str | None, model: str, seed: int, out_path: Path | None,
     max_new_tokens: int, temperature: float, top_p: float, threshold: float | None,
     instruction: str, device: str, show: bool, html_path: Path | None = None, template: str | None = None,
     system: str = "", backend: str = "auto", embedder: str | None = None, request_cache: str | None = None,
 ) -> None:
     from ascp.api import Probe, load_model
+    from ascp.attribution import DEFAULT_ESTIMATOR
     from ascp.attribution.requests import load_requests
     from ascp.jsonio import write_jsonl
     from ascp.lm.sampling import SamplingConfig
 
     # Everything that can be checked without the model is checked first (Probe's settings too,
     # with a stand-in for the model).
+    estimator_name = estimator_name or DEFAULT_ESTIMATOR
     sampling = SamplingConfig(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
     settings: dict[str, Any] = dict(seed=seed, threshold=threshold, instruction=instruction, sampling=sampling,
                                     template=read_template(template), system=system)
@@ -85,13 +91,15 @@ def run_attribution(
 
 def proxy_embedder(estimators: list[str], embedder: str | None) -> dict[str, str]:
     """`--embedder` of the cosine proxies, checked before any work: {"embedder": canonical} or {}."""
+    from ascp.attribution import estimator_facts, estimator_names
     from ascp.embed.embedders import check_embedder
 
     if embedder is None:
         return {}
-    if not any(e.endswith("-cosine") for e in estimators):
-        raise AscpError("--embedder applies to the qd-cosine and yd-cosine estimators only; drop it or add one "
-                        "of them.")
+    if not any(estimator_facts(e).needs_embedder for e in estimators):
+        embedding = [n for n in estimator_names() if estimator_facts(n).needs_embedder]
+        raise AscpError(f"--embedder applies to the estimators that embed text ({', '.join(embedding)}) only; drop "
+                        "it or add one of them.")
     return {"embedder": check_embedder(embedder)}
 
 
@@ -99,9 +107,9 @@ def proxy_embedder(estimators: list[str], embedder: str | None) -> dict[str, str
 def attribute(
     input: Input,
     out_path: OutOpt,
-    estimator: EstimatorOpt = "loo",
+    estimator: EstimatorOpt = None,
     model: ModelOpt = "default",
-    seed: SeedOpt = 0,
+    seed: AttributeSeedOpt = 0,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Generation limit (free protocol).")] = 128,
     temperature: Annotated[float, typer.Option("--temperature")] = 0.7,
     top_p: Annotated[float, typer.Option("--top-p")] = 1.0,
@@ -128,12 +136,12 @@ def attribute(
 
 @app.command("pools")
 def pools_command(
-    data: Annotated[Path, typer.Option("--data", help="Cases: generic JSONL or an ALCE-style ASQA JSON file.")],
+    data: DataOpt,
     width: Annotated[int, typer.Option("--width", help="Passages per controlled context (K >= m).")],
     padding: Annotated[str, typer.Option("--padding", help="off-query, same-query or duplicates.")],
     out_path: Annotated[Path, typer.Option("--out", help="Output JSONL, one controlled pool per case.")],
     m: Annotated[int, typer.Option("--m", help="Necessary passages (disjoint answer sets).")] = 2,
-    seed: SeedOpt = 0,
+    seed: PoolsSeedOpt = 0,
     format: Annotated[str, typer.Option("--format", help="auto or a format name (docs/data.md).")] = "auto",
     max_passage_words: Annotated[int, typer.Option(
         "--max-passage-words", help="Longer passages are not eligible for any role (0: no limit).")] = 200,
@@ -159,18 +167,19 @@ def pools_command(
 
 @app.command("validate-probe")
 def validate_probe(
-    data: Annotated[Path, typer.Option("--data", help="Cases: generic JSONL or an ALCE-style ASQA JSON file.")],
+    data: DataOpt,
     out_dir: Annotated[Path, typer.Option("--out", help="Output folder: scores.jsonl, responses.jsonl, "
                                           "summary.json, results.md, figure-<protocol>.png.")],
     widths: Annotated[str, typer.Option("--widths", help="Context widths, comma-separated.")] = "3,6,12,24",
     paddings: Annotated[str, typer.Option("--paddings", help="off-query, same-query, duplicates.")]
     = "off-query,same-query",
-    estimators: Annotated[str, typer.Option("--estimators", help="Comma-separated estimator names.")]
-    = "loo,replace,contextcite,bm25,qd-cosine,yd-cosine",
+    estimators: Annotated[str | None, typer.Option("--estimators", help="Comma-separated estimator names (default: "
+                                                   "Fig. 3's six, loo,replace,contextcite,bm25,qd-cosine,yd-cosine).")]
+    = None,
     protocol: Annotated[str, typer.Option("--protocol", help="fixed, free, or fixed,free for both.")] = "fixed",
     limit: Annotated[int | None, typer.Option("--limit", help="Use the first N eligible cases.")] = None,
     m: Annotated[int, typer.Option("--m", help="Necessary passages per context.")] = 2,
-    seed: SeedOpt = 0,
+    seed: ValidationSeedOpt = 0,
     model: ModelOpt = "default",
     contextcite_ablations: Annotated[int, typer.Option("--contextcite-ablations")] = 32,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens")] = 64,
@@ -190,7 +199,7 @@ def validate_probe(
 ) -> None:
     """Validate the probe on controlled pools (Sec. 4, Fig. 3): AUC, cover@m gain, operating-point transfer."""
     with user_errors():
-        from ascp.attribution import ESTIMATOR_NAMES
+        from ascp.attribution import ESTIMATOR_NAMES, VALIDATION_ESTIMATORS
         from ascp.data import load_cases
         from ascp.lm.resolve import load_language_model
         from ascp.lm.sampling import SamplingConfig
@@ -201,6 +210,7 @@ def validate_probe(
 
         if bootstrap < 100:
             raise AscpError(f"--bootstrap must be at least 100, got {bootstrap}.")
+        estimators = estimators or ",".join(VALIDATION_ESTIMATORS)
         config = vx.ValidationConfig(
             widths=vx.parse_widths(widths), paddings=vx.parse_list(paddings, PADDINGS, "padding"),
             estimators=vx.parse_list(estimators, ESTIMATOR_NAMES, "estimator"),
@@ -247,7 +257,8 @@ def calibrate_command(
         "fit needs --protocol free or fixed,free runs.")],
     out_dir: Annotated[Path, typer.Option("--out", help="Output folder: calibration.json, results.md, "
                                           "fig4_calibration.png.")],
-    estimator: Annotated[str, typer.Option("--estimator", help="Whose normalised scores to calibrate.")] = "loo",
+    estimator: Annotated[str | None, typer.Option("--estimator", help="Whose normalised scores to calibrate "
+                                                  "(default: loo).")] = None,
     quantile: Annotated[float, typer.Option("--quantile", help="Operating point on off-query padding.")] = 0.95,
     data: Annotated[Path | None, typer.Option(
         "--data", help="The validated cases' file, for the redundancy strata of Fig. 4(b).")] = None,
@@ -257,7 +268,7 @@ def calibrate_command(
         "--nli-model", help="A local NLI model folder for the pairwise-entailment redundancy stratum (with "
         "--data); 'lexical' is a named approximation.")] = None,
     bootstrap: Annotated[int, typer.Option("--bootstrap", help="Case-bootstrap replicates.")] = 2000,
-    seed: SeedOpt = 0,
+    seed: BootstrapSeedOpt = 0,
 ) -> None:
     """Calibrate the width-invariant used threshold, fit tau_free(k) and the width elasticity (Sec. 4.4, Fig. 4)."""
     with user_errors():
@@ -271,6 +282,9 @@ def calibrate_command(
             raise AscpError(f"--bootstrap must be at least 100, got {bootstrap}.")
         if not 0.5 <= quantile < 1:
             raise AscpError(f"--quantile must lie in [0.5, 1), got {quantile}.")
+        from ascp.attribution import DEFAULT_ESTIMATOR
+
+        estimator = estimator or DEFAULT_ESTIMATOR
         rows = [row for folder in validation for row in read_results(folder, kinds=("validate-probe",)).scores]
         ctxs = [c for c in contexts(rows) if c.estimator == estimator]
         if not ctxs:

@@ -18,7 +18,8 @@ from ascp.cli.common import (
     ModelOpt,
     PrefixCacheOpt,
     RequestCacheOpt,
-    SeedOpt,
+    RunSeedOpt,
+    SimulateSeedOpt,
     SystemOpt,
     TemplateOpt,
     TOpt,
@@ -34,17 +35,6 @@ from ascp.cli.common import (
 from ascp.errors import AscpError
 
 
-def _validate_run_args(policy: str, k: int, T: int, estimator: str) -> None:
-    from ascp.attribution import ESTIMATOR_NAMES
-    from ascp.schedulers import parse_scheduler
-
-    if k < 1 or T < 1:
-        raise AscpError(f"k and T must be at least 1 (got --k {k} --T {T}).")
-    parse_scheduler(policy)  # raises with the list of valid names
-    if estimator not in ESTIMATOR_NAMES:
-        raise AscpError(f"unknown estimator {estimator!r}; choose one of {', '.join(ESTIMATOR_NAMES)}.")
-
-
 def execute_run(
     cases, policy: str, k: int, T: int, model: str, estimator: str, seed: int, max_new_tokens: int,
     device: str, lm=None, steer=None, template: str | None = None, system: str = "", backend: str = "auto",
@@ -57,12 +47,10 @@ def execute_run(
     `embed_fn`: the `--embedder` (None: the embedded MiniLM).
     """
     from ascp.api import load_model, run_portfolios
-    from ascp.metrics.nli import require_matcher
+    from ascp.loop.portfolios import check_pools
+    from ascp.loop.runner import case_row
 
-    for case in cases:
-        if len(case.pool) < k:
-            raise AscpError(f"case {case.id!r}: its pool has {len(case.pool)} passages, fewer than k={k}.")
-    require_matcher(cases, matcher is not None)  # before the model loads
+    check_pools(cases, k)  # before the model loads
     if lm is None:
         with err.status(f"loading model {model!r}"):
             lm = load_model(model, device=device, backend=backend, request_cache=request_cache,
@@ -72,8 +60,7 @@ def execute_run(
         portfolios = run_portfolios(cases, policy=policy, k=k, T=T, model=lm, estimator=estimator, seed=seed,
                                     max_new_tokens=max_new_tokens, steer=steer, template=template, system=system,
                                     progress=lambda n: bar.advance(task, n), nli_model=matcher, embed_fn=embed_fn)
-    rows = [{"case_id": p.case_id, "policy": p.policy, "pool": [d.id for d in case.pool], **p.metrics}
-            for case, p in zip(cases, portfolios, strict=True)]
+    rows = [case_row(case, p) for case, p in zip(cases, portfolios, strict=True)]
     return portfolios, rows, lm
 
 
@@ -85,10 +72,10 @@ def run(
     k: KOpt,
     T: TOpt,
     out_dir: Annotated[Path, typer.Option("--out", help="Output folder: rounds.jsonl, cases.jsonl, summary.json.")],
-    format: Annotated[str, typer.Option("--format", help="auto, jsonl or asqa.")] = "auto",
+    format: Annotated[str, typer.Option("--format", help="auto or a format name (docs/data.md).")] = "auto",
     model: ModelOpt = "default",
-    estimator: EstimatorOpt = "loo",
-    seed: SeedOpt = 0,
+    estimator: EstimatorOpt = None,
+    seed: RunSeedOpt = 0,
     limit: Annotated[int | None, typer.Option("--limit", help="Use only the first N cases.")] = None,
     rank_by: Annotated[str, typer.Option("--rank-by", help="Pool order: auto (the format's default: the file's "
                                          "order for jsonl and ALCE files, dense for merged-retriever pools such as "
@@ -122,13 +109,17 @@ def run(
 ) -> None:
     """Run T rounds of one scheduling policy on every case and write the portfolio with its metrics."""
     with user_errors():
+        from ascp.attribution import DEFAULT_ESTIMATOR
+        from ascp.attribution.probe import ProbeSettings
         from ascp.data import load_cases_with_order
         from ascp.lm.protocol import backend_name
         from ascp.lm.steering import SteerConfig
+        from ascp.loop.portfolios import LoopConfig
         from ascp.loop.runfolder import check_out_dir, write_run
         from ascp.render.console import summary_table
 
-        _validate_run_args(policy, k, T, estimator)
+        estimator = estimator or DEFAULT_ESTIMATOR
+        LoopConfig(policy, k, T, probe=ProbeSettings(estimator))  # policy, k, T and estimator, before any work
         if prefix_cache_mb is not None:
             from ascp.lm.prefixes import check_megabytes
 
@@ -199,7 +190,7 @@ DEMO_T = 3
 @app.command()
 def demo(
     model: ModelOpt = "default",
-    seed: SeedOpt = 0,
+    seed: RunSeedOpt = 0,
     k: Annotated[int, typer.Option("--k")] = 2,
     T: Annotated[int, typer.Option("--T")] = DEMO_T,
     questions: Annotated[int, typer.Option("--questions", help="How many of the 6 bundled questions to run "
@@ -212,6 +203,7 @@ def demo(
     with user_errors():
         import tempfile
 
+        from ascp.attribution import DEFAULT_ESTIMATOR
         from ascp.data import load_cases
         from ascp.embed.embedders import check_embedder, resolve_embedder
         from ascp.loop.runfolder import summarize
@@ -232,8 +224,8 @@ def demo(
             cache = request_cache or str(Path(scratch) / "requests.sqlite")
             lm, means = None, {}
             for policy in ("ascp", "rotate", "vanilla"):
-                portfolios, rows, lm = execute_run(cases, policy, k, T, model, "loo", seed, 48, "auto", lm=lm,
-                                                   backend=backend, embed_fn=embed_fn, request_cache=cache)
+                portfolios, rows, lm = execute_run(cases, policy, k, T, model, DEFAULT_ESTIMATOR, seed, 48, "auto",
+                                                   lm=lm, backend=backend, embed_fn=embed_fn, request_cache=cache)
                 for case, portfolio, row in zip(cases, portfolios, rows, strict=True):
                     out.print(portfolio_panel(case, portfolio, row))
                 means[policy] = summarize(rows)
@@ -258,7 +250,7 @@ def simulate_command(
     rank_by: Annotated[str, typer.Option("--rank-by", help="auto, given, dense or bm25.")] = "auto",
     limit: Annotated[int | None, typer.Option("--limit", help="Use only the first N cases.")] = None,
     min_pool: Annotated[int | None, typer.Option("--min-pool", help="Keep cases with at least N passages.")] = None,
-    seed: SeedOpt = 0,
+    seed: SimulateSeedOpt = 0,
     n_boot: Annotated[int, typer.Option("--n-boot", help="Bootstrap replicates per interval.")] = 2000,
     cache: Annotated[Path | None, typer.Option("--cache", help="Embedding cache file, one per embedder (default: "
                                                "$ASCP_HOME/embeddings/<embedder>.npz, e.g. minilm.npz).")] = None,
@@ -385,3 +377,5 @@ def policies() -> None:
 
     with user_errors():  # a plugin that fails to load is one sentence
         out.print(_params_table("policies", [(n, describe(scheduler_params(n))) for n in scheduler_names()]))
+
+
