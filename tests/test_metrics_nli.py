@@ -361,3 +361,17 @@ def test_ray_workers_load_the_nli_model(tmp_path, tiny_model_dir, contradicting)
         ray.shutdown()
     units = [json.loads(line) for line in (tmp_path / "ray" / "units.jsonl").read_text().splitlines()]
     assert result.written == 2 and [u["pr"] for u in units] == [0.0, 0.0]
+
+
+def test_the_decision_cache_is_the_one_lru_bounded_by_cache_size(entailing):
+    from ascp.lru import LRU
+
+    matcher = NLIClaimMatcher(entailing, cache_size=2)
+    assert isinstance(matcher._cache, LRU)
+    pairs = [("p1", "h"), ("p2", "h"), ("p3", "h")]
+    assert matcher.entails(pairs) == [True, True, True] and matcher.pairs_scored == 3
+    assert len(matcher._cache) == 2  # the two most recent pairs kept
+    matcher.entails([("p3", "h")])
+    assert matcher.pairs_scored == 3  # p3 was kept
+    matcher.entails([("p1", "h")])
+    assert matcher.pairs_scored == 4  # p1 was the least recently used: dropped, scored again
