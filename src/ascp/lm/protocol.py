@@ -20,9 +20,10 @@ cache's savings).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, runtime_checkable
 
 import numpy as np
 
@@ -47,7 +48,7 @@ def tokens_fed(prompt_tokens: int, continuation_tokens: int = 0) -> int:
     savings (`CacheStats.tokens_saved`: a scored prompt answered from the file saves its whole
     pass; a generation row its prompt's prefill, `continuation_tokens=0`: a record keeps the
     response's text, not the ids sampled). A count is therefore recomputed from the records: the
-    prompt's and the response's token ids of each scored prompt (tests/test_lm_protocol.py).
+    prompt's and the response's token ids of each scored prompt (tests/test_lm_request_cache.py).
     """
     return prompt_tokens + max(continuation_tokens - 1, 0)
 
@@ -153,8 +154,8 @@ DECLARED = ("fingerprint", "in_flight", "prefixes", "response_token_spans", "clo
 
 
 class _WithDefaults:
-    """A model of one's own that lacks some of `DECLARED`: its own members where it has them (read
-    here, once, at the front door), `SeamDefaults`' facts where it does not."""
+    """A model of one's own that lacks some of `DECLARED`: its own members where it has them,
+    `SeamDefaults`' facts where it does not."""
 
     def __init__(self, lm: Any) -> None:
         self.lm = lm
@@ -211,6 +212,20 @@ class SteerableModel(LanguageModel, Protocol):
         ...
 
 
+def steers(lm: object) -> TypeGuard[SteerableModel]:
+    """Whether `lm` decodes lockstep streams (`SteerableModel.generate_streams`); asked without
+    evaluating the declared facts (a fingerprint may hash a model's weights)."""
+    return callable(getattr(lm, "generate_streams", None))
+
+
+def _declares(model: object, name: str) -> bool:
+    try:
+        inspect.getattr_static(model, name)
+    except AttributeError:
+        return False
+    return True
+
+
 def as_language_model(model: object, what: str = "model") -> LanguageModel:
     """`model` as the seam: itself when it declares every member, else wrapped with the defaults of
     `SeamDefaults` for the facts it does not declare; one sentence when a method is missing."""
@@ -219,10 +234,9 @@ def as_language_model(model: object, what: str = "model") -> LanguageModel:
         lacks = ", ".join(f"`{m}`" for m in missing) or "`context_window`"
         raise AscpError(f"{what} must be a language model (ascp.load_model, or an object with the model seam's "
                         f"methods, docs/api.md), but a {type(model).__name__} has no {lacks}.")
-    if isinstance(model, LanguageModel):
-        return model
-    steerable = callable(getattr(model, "generate_streams", None))
-    wrapped = _SteerableWithDefaults(model) if steerable else _WithDefaults(model)
+    if all(_declares(model, name) for name in DECLARED):
+        return model  # type: ignore[return-value]
+    wrapped = _SteerableWithDefaults(model) if steers(model) else _WithDefaults(model)
     return wrapped
 
 

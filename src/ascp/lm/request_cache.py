@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ascp.lm.protocol import LanguageModel, ScoredPrompts, SteerableModel, model_name, tokens_fed
+from ascp.lm.protocol import LanguageModel, ScoredPrompts, model_name, steers, tokens_fed
 from ascp.lm.sampling import Generation, SamplingConfig
 
 if TYPE_CHECKING:
@@ -371,7 +371,7 @@ def cached_model(lm: LanguageModel, path: str | Path | None) -> LanguageModel:
     cache = RequestCache(path)
     if not cache.enabled:
         return lm
-    wrapper = CachedSteerableModel if isinstance(lm, SteerableModel) else CachedModel
+    wrapper = CachedSteerableModel if steers(lm) else CachedModel
     return wrapper(lm, cache, fingerprint)
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
 from ascp.lm.prompts import PromptTemplate
-from ascp.lm.protocol import LanguageModel, SteerableModel, model_name
+from ascp.lm.protocol import LanguageModel, model_name, steers
 from ascp.lm.sampling import Generation, LogitMix, SamplingConfig
 from ascp.types import Passage
 
@@ -199,7 +199,7 @@ def generate_steered(
         (item.full.ids, item.without.ids, item.only.ids) if streams and isinstance(item, SteerStreams) else (ids,)
         for item, ids in zip(items, full, strict=True)
     ]
-    if not isinstance(lm, SteerableModel):
+    if not steers(lm):
         raise AscpError(
             f"model {model_name(lm)!r} cannot steer: its backend decodes no lockstep streams (generate_streams); "
             "run without --steer or use a transformers model."
