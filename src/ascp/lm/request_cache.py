@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ascp.lm.protocol import LanguageModel, ScoredPrompts, model_name, steers, tokens_fed
+from ascp.lm.protocol import LanguageModel, ScoredPrompts, as_language_model, model_name, steers, tokens_fed
 from ascp.lm.sampling import Generation, SamplingConfig
 
 if TYPE_CHECKING:
@@ -363,7 +363,8 @@ def cached_model(lm: LanguageModel, path: str | Path | None) -> LanguageModel:
     or a file it cannot use, gives one warning and `lm` runs uncached."""
     if path is None:
         return lm
-    fingerprint = model_fingerprint(lm)
+    seam = as_language_model(lm)  # a model of one's own: with the facts `CachedModel` passes on
+    fingerprint = model_fingerprint(seam)
     if fingerprint is None:
         warnings.warn(f"request cache {path}: ascp cannot tell model {model_name(lm)!r} apart from others "
                       "(give it a `fingerprint` attribute); running without the cache.", stacklevel=2)
@@ -372,7 +373,7 @@ def cached_model(lm: LanguageModel, path: str | Path | None) -> LanguageModel:
     if not cache.enabled:
         return lm
     wrapper = CachedSteerableModel if steers(lm) else CachedModel
-    return wrapper(lm, cache, fingerprint)
+    return wrapper(seam, cache, fingerprint)
 
 
 def savings(lm: LanguageModel, cache_label: str | None = None) -> list[str]:
