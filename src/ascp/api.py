@@ -143,8 +143,9 @@ def as_passages(items: Iterable[PassageLike], what: str = "passages") -> tuple[P
 class Probe:
     """The causal probe bound to one model and estimator: reuse it for many requests.
 
-    estimator: `loo` (default), `replace`, `hierarchical`, `contextcite`, `bm25`, `qd-cosine`,
-        `yd-cosine` (see `ascp estimators`); `estimator_options` are its parameters.
+    estimator: a registered estimator name (`loo`, the default, and the others `ascp estimators`
+        lists); `estimator_options` are its parameters; an estimator that draws random numbers
+        (`needs_seed`, ContextCite's masks) takes `seed` unless its options give one.
     threshold: the used threshold on normalised scores (None: tau(k) = 0.555 k^-0.633).
     instruction: `commit` or `integrate`; template: your own prompt instead (a format string with
         `{passages}` then `{question}`, see `PromptTemplate.from_format`, or a `PromptTemplate`);
@@ -155,8 +156,7 @@ class Probe:
                  threshold: float | None = None, instruction: str = "commit", sampling: SamplingConfig | None = None,
                  batch_size: int = 8, template: PromptTemplate | str | None = None, system: str = "",
                  **estimator_options: Any) -> None:
-        from ascp.attribution import make_estimator
-        from ascp.attribution.probe import ProbeConfig
+        from ascp.attribution.probe import ProbeConfig, ProbeSettings
         from ascp.lm.sampling import SamplingConfig
 
         _estimator_name(estimator)
@@ -165,13 +165,12 @@ class Probe:
         _prompt_options(instruction, template, system)
         if sampling is not None and not isinstance(sampling, SamplingConfig):
             raise AscpError(f"sampling must be an ascp.SamplingConfig or None, got {type(sampling).__name__}.")
-        if estimator == "contextcite":
-            estimator_options.setdefault("seed", seed)
-        self.estimator = make_estimator(estimator, **estimator_options)
+        settings = ProbeSettings(estimator, estimator_options, threshold)
+        self.estimator = settings.build(seed)  # a seeded estimator (ContextCite's masks) draws from `seed`
         self.model = model
         self.config = ProbeConfig(template=prompt_template(instruction, template, system),
-                                  sampling=sampling or SamplingConfig(),
-                                  seed=seed, threshold=threshold, batch_size=batch_size)
+                                  sampling=sampling or SamplingConfig(), seed=seed, batch_size=batch_size,
+                                  probe=settings)
 
     def attribute(self, question: str, passages: Iterable[PassageLike], response: str | None = None,
                   id: str = "request") -> AttributionResult:
@@ -188,14 +187,14 @@ class Probe:
 
         if self.model is None:
             raise AscpError("this Probe has no model; create it with ascp.Probe(model, ...).")
-        from ascp.lm.protocol import as_language_model
-
-        model = as_language_model(self.model)  # a model of one's own gets the seam's declared defaults
         if isinstance(requests, (str, Mapping)) or not isinstance(requests, Iterable):
             raise AscpError(f"requests must be a list of request dicts or ascp.AttributionRequest, not "
                             f"{_kind(requests)}.")
-        parsed = [_as_request(i, r) for i, r in enumerate(requests)]
+        parsed = [_as_request(i, r) for i, r in enumerate(requests)]  # every request checked before the model
         from ascp.lm.prefixes import fresh_prefixes
+        from ascp.lm.protocol import as_language_model
+
+        model = as_language_model(self.model)  # a model of one's own gets the seam's declared defaults
 
         fresh_prefixes(model)  # requests of one context share its prompts within this call only
         items = prepare_inputs(model, parsed, self.config, progress=on_generated)
@@ -289,14 +288,13 @@ def run_portfolios(cases: Sequence[Case], *, policy: str = "ascp", k: int = 5, T
     ALCE's metric) or a ready matcher `(unit, response) -> bool` (`ascp.metrics.nli`); cases with claim
     units and no nli_model fail before any generation.
     """
-    from ascp.attribution import make_estimator
+    from ascp.attribution.probe import ProbeSettings
     from ascp.embed.embedders import embed
     from ascp.lm.sampling import SamplingConfig
     from ascp.lm.steering import SteerConfig
-    from ascp.loop.portfolios import MAX_ROUNDS, LoopConfig
+    from ascp.loop.portfolios import LoopConfig, check_pools
     from ascp.loop.runner import run_policy
     from ascp.metrics.nli import require_matcher, resolve_matcher
-    from ascp.schedulers import check_scheduler
 
     if isinstance(cases, (str, Mapping, Case)) or not isinstance(cases, Iterable):
         raise AscpError(f"cases must be a list of ascp.Case (see ascp.make_case), not "
@@ -308,8 +306,6 @@ def run_portfolios(cases: Sequence[Case], *, policy: str = "ascp", k: int = 5, T
     if not isinstance(policy, str):
         raise AscpError(f"policy must be a scheduler name such as ascp or rotate, got {type(policy).__name__}.")
     k, T = _whole("k", k, 1), _whole("T", T, 1)
-    if T > MAX_ROUNDS:
-        raise AscpError(f"T={T} rounds per case is more than ascp runs (at most {MAX_ROUNDS}); give a smaller T.")
     _whole("seed", seed)
     _whole("max_new_tokens", max_new_tokens, 1)
     _prompt_options(instruction, template, system)
@@ -321,20 +317,17 @@ def run_portfolios(cases: Sequence[Case], *, policy: str = "ascp", k: int = 5, T
     if nli_model is not None and not isinstance(nli_model, str) and not callable(nli_model):
         raise AscpError(f"nli_model must be a model folder, 'lexical' or a matcher function, got "
                         f"{type(nli_model).__name__}.")
-    check_scheduler(policy)
-    make_estimator(_estimator_name(estimator))
-    for case in cases:
-        if len(case.pool) < k:
-            raise AscpError(f"case {case.id!r}: its pool has {len(case.pool)} passages, fewer than k={k}.")
-    require_matcher(cases, nli_model is not None)
-    matcher = resolve_matcher(nli_model)
-    config = LoopConfig(policy=policy, k=k, T=T, estimator=estimator, seed=seed, threshold=threshold,
-                        template=prompt_template(instruction, template, system),
+    # Building the config checks the policy, k, T, the estimator and the threshold.
+    config = LoopConfig(policy=policy, k=k, T=T, probe=ProbeSettings(_estimator_name(estimator), threshold=threshold),
+                        seed=seed, template=prompt_template(instruction, template, system),
                         sampling=SamplingConfig(max_new_tokens=max_new_tokens), steer=steer)
+    check_pools(cases, k)
+    require_matcher(cases, nli_model is not None)  # before the default model loads
+    matcher = resolve_matcher(nli_model)
     from ascp.lm.protocol import as_language_model
 
     lm = as_language_model(model) if model is not None else default_model()
-    return run_policy(lm, cases, config, embed_fn or embed, progress=progress, matcher=matcher)[0]
+    return run_policy(lm, cases, config, embed_fn or embed, progress=progress, matcher=matcher)
 
 
 def run_portfolio(question: str, pool: Iterable[PassageLike], *, policy: str = "ascp", k: int = 5, T: int = 5,

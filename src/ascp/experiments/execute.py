@@ -23,15 +23,15 @@ def run_chunk(lm, chunk: Chunk, embed_fn: Callable, progress: Callable[[int], No
     from ascp.loop.runner import run_policy
 
     config = loop_config(chunk.condition, chunk.seed, chunk.settings)
-    portfolios, rows = run_policy(lm, chunk.cases, config, embed_fn, progress=progress, matcher=matcher)
+    portfolios = run_policy(lm, chunk.cases, config, embed_fn, progress=progress, matcher=matcher)
     records = []
-    for case, portfolio, row in zip(chunk.cases, portfolios, rows, strict=True):
+    for case, portfolio in zip(chunk.cases, portfolios, strict=True):
         records.append({
             "task": chunk.task, "model": chunk.model.name, "backend": backend_name(lm), "seed": chunk.seed,
             "case_id": case.id,
             **chunk.condition.fields(),
             **portfolio.metrics,
-            "pool": row["pool"],
+            "pool": [p.id for p in case.pool],
             "seconds": round(sum(r.seconds for r in portfolio.rounds), 4),
             "rounds": [r.to_json() for r in portfolio.rounds],
         })

@@ -130,19 +130,17 @@ def check_condition(condition: Condition, settings: Settings) -> None:
     """Build the loop config, estimator and scheduler once on a dummy pool, so bad options fail now."""
     import numpy as np
 
-    from ascp.attribution import make_estimator
     from ascp.experiments.embedders import hashing_embed
     from ascp.schedulers import make_scheduler, pool_view_from_embeddings
     from ascp.types import AnswerUnit, Passage
 
-    loop_config(condition, 0, settings)
-    make_estimator(condition.estimator)
     n = condition.k + 3
     pool = tuple(Passage(id=f"d{i}", text=f"passage {i} on topic {i % 3}", rank=i + 1) for i in range(n))
     dummy = Case(id="check", question="which topic?", pool=pool, units=(AnswerUnit("u", ("topic",)),))
     vectors = hashing_embed([dummy.question, *(p.text for p in pool)])
     view = pool_view_from_embeddings(dummy, vectors[1:], vectors[0], hashing_embed)
-    try:
+    try:  # the loop config checks the scheduler spec and the probe settings; the scheduler its pool
+        loop_config(condition, 0, settings)
         make_scheduler(condition.scheduler, view, condition.k, condition.T, np.random.default_rng(0))
     except AscpError as exc:
         raise AscpError(f"condition {condition.name}: {exc}") from None
@@ -153,6 +151,7 @@ def loop_config(condition: Condition, seed: int, settings: Settings):
     B x the spec's max_new_tokens; the loop checks that prompt plus that many tokens fit the model's window."""
     from dataclasses import replace
 
+    from ascp.attribution.probe import ProbeSettings
     from ascp.lm.prompts import prompt_template
     from ascp.loop.portfolios import LoopConfig
 
@@ -160,10 +159,10 @@ def loop_config(condition: Condition, seed: int, settings: Settings):
     if condition.budget is not None:
         sampling = replace(sampling, max_new_tokens=settings.max_new_tokens * condition.budget)
     kwargs: dict[str, Any] = dict(
-        policy=condition.scheduler, k=condition.k, T=condition.T, estimator=condition.estimator, seed=seed,
-        sampling=sampling,
+        policy=condition.scheduler, k=condition.k, T=condition.T,
+        probe=ProbeSettings(condition.estimator, threshold=settings.threshold), seed=seed, sampling=sampling,
         template=prompt_template(condition.instruction, settings.template, settings.system),
-        threshold=settings.threshold, batch_size=settings.batch_size,
+        batch_size=settings.batch_size,
     )
     if condition.steer is not None:
         from ascp.lm.steering import SteerConfig

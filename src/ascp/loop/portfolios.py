@@ -20,7 +20,6 @@ reproduces the unsteered run exactly. Each round records `steered` and `overused
 
 from __future__ import annotations
 
-import numbers
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -36,6 +35,7 @@ from ascp.lm.prompts import PromptTemplate
 from ascp.lm.protocol import LanguageModel
 from ascp.lm.sampling import SamplingConfig, derive_seed
 from ascp.lm.steering import SteerConfig, SteerStreams, generate_steered, overused_set, steer_prompts
+from ascp.params import is_whole
 from ascp.reading import Reading
 from ascp.schedulers import check_scheduler, make_scheduler
 from ascp.schedulers.base import RoundFeedback, Scheduler, Selection
@@ -64,8 +64,7 @@ class LoopConfig:
     steer: SteerConfig | None = None  # None: ordinary decoding in every round
 
     def __post_init__(self) -> None:
-        whole = all(isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in (self.k, self.T))
-        if not whole or self.k < 1 or self.T < 1:
+        if not (is_whole(self.k) and is_whole(self.T)) or self.k < 1 or self.T < 1:
             raise AscpError(f"k and T must be whole numbers of at least 1 (got k={self.k!r}, T={self.T!r}).")
         if self.T > MAX_ROUNDS:
             raise AscpError(f"T={self.T} rounds per case is more than ascp runs (at most {MAX_ROUNDS}); give a "

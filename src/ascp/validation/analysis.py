@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
+from ascp.attribution import DEFAULT_ESTIMATOR, recorded_facts
 from ascp.metrics.ranking import auc, cover_at_m
 from ascp.stats.bootstrap import bootstrap_p
 
-PROXIES = ("bm25", "qd-cosine")  # the query-relevance proxies of the paper's reversal claim
 QUANTILE = 0.95
 
 
@@ -197,6 +197,17 @@ def paired_difference(per_case: dict[tuple, dict[str, float]], a: tuple, b: tupl
     return cluster_bootstrap([x[c] - y[c] for c in cases], cases, 0.0, n_boot, seed)
 
 
+def query_proxies(estimators: Iterable[str]) -> tuple[str, ...]:
+    """The query-relevance proxies among `estimators` (those declaring `reads_response = False`: BM25 and
+    qd-cosine among the built-ins), in the given order: the proxies of the paper's reversal claim."""
+    found = []
+    for name in dict.fromkeys(estimators):
+        facts = recorded_facts(name)
+        if facts is not None and not facts.reads_response:
+            found.append(name)
+    return tuple(found)
+
+
 def reversal(auc_rows: Sequence[dict[str, Any]], per_case: dict[tuple, dict[str, float]] | None = None,
              n_boot: int = 2000, seed: int = 0) -> list[dict[str, Any]]:
     """Per protocol and width: does the ordering of LOO and the query-relevance proxies reverse?
@@ -207,14 +218,17 @@ def reversal(auc_rows: Sequence[dict[str, Any]], per_case: dict[tuple, dict[str,
     (one per proxy, cluster-bootstrap 95% CI) and `reversal_clear` is True when every interval
     excludes zero in the claimed direction."""
     table = {(r["protocol"], r["estimator"], r["width"], r["padding"]): r["mean"] for r in auc_rows}
+    probe, proxies = DEFAULT_ESTIMATOR, query_proxies(r["estimator"] for r in auc_rows)
+    if not proxies:
+        return []
     out = []
     for protocol, width in sorted({(r["protocol"], r["width"]) for r in auc_rows}):
         def get(est: str, padding: str, protocol=protocol, width=width) -> float:
             return table.get((protocol, est, width, padding), math.nan)
 
-        loo_off, loo_same = get("loo", "off-query"), get("loo", "same-query")
-        prox_off = [get(p, "off-query") for p in PROXIES]
-        prox_same = [get(p, "same-query") for p in PROXIES]
+        loo_off, loo_same = get(probe, "off-query"), get(probe, "same-query")
+        prox_off = [get(p, "off-query") for p in proxies]
+        prox_same = [get(p, "same-query") for p in proxies]
         if any(math.isnan(x) for x in (loo_off, loo_same, *prox_off, *prox_same)):
             continue
         off_holds = min(prox_off) > loo_off
@@ -223,8 +237,8 @@ def reversal(auc_rows: Sequence[dict[str, Any]], per_case: dict[tuple, dict[str,
                "loo_same": loo_same, "proxies_same": prox_same, "proxies_beat_loo_off_query": off_holds,
                "loo_beats_proxies_same_query": same_holds, "reversal": off_holds and same_holds}
         if per_case is not None:
-            diffs = {pad: [paired_difference(per_case, (protocol, "loo", width, pad), (protocol, p, width, pad),
-                                             n_boot, seed) for p in PROXIES] for pad in ("off-query", "same-query")}
+            diffs = {pad: [paired_difference(per_case, (protocol, probe, width, pad), (protocol, p, width, pad),
+                                             n_boot, seed) for p in proxies] for pad in ("off-query", "same-query")}
             row["diff_off"] = [d.to_json() for d in diffs["off-query"]]
             row["diff_same"] = [d.to_json() for d in diffs["same-query"]]
             row["reversal_clear"] = (all(d.hi < 0 for d in diffs["off-query"])

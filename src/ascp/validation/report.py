@@ -18,9 +18,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ascp.attribution import recorded_facts
 from ascp.jsonio import staged_folder
 from ascp.render.markdown import markdown_table
-from ascp.validation.analysis import PROXIES
+from ascp.validation.analysis import query_proxies
 from ascp.validation.pools import skip_summary
 
 COLORS = {"loo": "#1f77b4", "replace": "#17becf", "contextcite": "#9467bd", "hierarchical": "#2ca02c",
@@ -75,8 +76,9 @@ def markdown(summary: dict[str, Any]) -> str:
     rows = [[r["protocol"], r["estimator"], str(r["width"]), _f(r["threshold"], 4), _ci(r, "exceedance"),
              str(r["n_near_misses"])] for r in ranked]
     lines += markdown_table(["protocol", "estimator", "width", "tau", "exceedance [95% CI]", "near-misses"], rows)
+    proxies = query_proxies(cfg["estimators"])
     lines += ["", "## Reversal check (Sec. 4.2)", "",
-              f"Reversal = under off-query padding both {' and '.join(PROXIES)} have a higher AUC than LOO, and "
+              f"Reversal = under off-query padding both {' and '.join(proxies)} have a higher AUC than LOO, and "
               "under same-query padding LOO has a higher AUC than both. Paired differences are per-case "
               "AUC(LOO) − AUC(proxy), one per proxy in the order above.", ""]
     def diffs(r: dict[str, Any], key: str) -> str:
@@ -86,8 +88,8 @@ def markdown(summary: dict[str, Any]) -> str:
              _f(r["loo_same"]), " / ".join(_f(x) for x in r["proxies_same"]),
              "yes" if r["reversal"] else "no", diffs(r, "diff_off"), diffs(r, "diff_same"),
              {True: "yes", False: "no"}.get(r.get("reversal_clear"), "n/a")] for r in metrics["reversal"]]
-    lines += markdown_table(["protocol", "width", "LOO off", f"{' / '.join(PROXIES)} off", "LOO same",
-                            f"{' / '.join(PROXIES)} same", "reversal (means)", "LOO − proxy, off [95% CI]",
+    lines += markdown_table(["protocol", "width", "LOO off", f"{' / '.join(proxies)} off", "LOO same",
+                            f"{' / '.join(proxies)} same", "reversal (means)", "LOO − proxy, off [95% CI]",
                             "LOO − proxy, same [95% CI]", "reversal (all CIs exclude 0)"], rows)
     return "\n".join(lines) + "\n"
 
@@ -159,7 +161,7 @@ def figure(summary: dict[str, Any], protocol: str, path: Path) -> None:
                 y = [r["mean"] for r in rs]
                 err = _yerr(rs, "mean")
                 ax.errorbar(x, y, yerr=err, marker="o", capsize=3, color=COLORS.get(est), label=est,
-                            linestyle="-" if est not in ("bm25", "qd-cosine", "yd-cosine") else "--")
+                            linestyle="-" if _causal(est) else "--")
         ax.axhline(0.5, color="grey", linewidth=0.8, linestyle=":")
         ax.set(title=f"({letter}) AUC, {padding} padding", ylabel="AUC of the necessary passages (95% CI)",
                ylim=(0, 1.05))
@@ -243,3 +245,9 @@ def write_outputs(out: Path, run, summary: dict[str, Any]) -> None:
         (tmp / "results.md").write_text(markdown(summary), encoding="utf-8")
         for protocol in run.config.protocols:
             figure(summary, protocol, tmp / f"figure-{protocol}.png")
+
+
+def _causal(estimator: str) -> bool:
+    """Causal estimators are drawn solid, relevance proxies dashed."""
+    facts = recorded_facts(estimator)
+    return facts is not None and facts.causal

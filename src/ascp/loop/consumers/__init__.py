@@ -37,7 +37,7 @@ from ascp.loop.consumers.base import Consumer, Consumption, answer_bearing, unif
 from ascp.loop.consumers.fit import FIT_FEATURES, Fit, fit_features, fit_logistic
 from ascp.loop.consumers.replay import Replay
 from ascp.loop.consumers.synthetic import Oracle, Toy
-from ascp.params import validate
+from ascp.params import parse_name, parse_value, validate
 
 CONSUMERS: dict[str, type[Toy] | type[Oracle] | type[Replay] | type[Fit]] = {
     "toy": Toy, "oracle": Oracle, "replay": Replay, "fit": Fit}
@@ -45,8 +45,6 @@ CONSUMERS: dict[str, type[Toy] | type[Oracle] | type[Replay] | type[Fit]] = {
 
 def make_consumer(spec: str, seed: int = 0) -> Consumer:
     """`toy`, `toy(q=0.3)`, `oracle`, `replay(run=DIR)` (`replay(DIR)` also works) or `fit(run=DIR)` (`fit(DIR)`)."""
-    from ascp.schedulers import parse_value
-
     name, _, rest = spec.strip().partition("(")
     name = name.strip()
     if name not in CONSUMERS:
@@ -78,11 +76,8 @@ def make_consumer(spec: str, seed: int = 0) -> Consumer:
         if not checked.get("run"):
             raise AscpError("fit consumer: give the run folder, e.g. fit(run=runs/asqa-ascp).")
         return Fit(**checked)
-    for part in filter(str.strip, rest[:-1].split(",") if rest else []):
-        key, sep, value = part.partition("=")
-        if not sep:
-            raise AscpError(f"malformed option {part.strip()!r} in consumer {spec!r}; write key=value.")
-        options[key.strip()] = parse_value(value)
+    for key, value in parse_name(spec.strip(), "consumer", "toy(q=0.5)")[1]:
+        options[key] = parse_value(value)
     cls = CONSUMERS[name]
     checked = validate(f"consumer {name!r}", cls.params, options)
     if name == "toy":
