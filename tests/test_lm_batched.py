@@ -83,3 +83,19 @@ def test_later_responses_start_from_each_variants_stored_prompt(tiny_lm, make_it
 def test_the_default_is_sequential_on_the_cpu(tiny_lm):
     assert dataclasses.replace(tiny_lm, variant_rows=None).rows_per_pass == 0
     assert batched(tiny_lm, 7).rows_per_pass == 7
+
+
+@pytest.mark.parametrize("rows", [0, 4])
+def test_the_stores_tokens_not_fed_are_what_a_pass_without_it_feeds_more(tiny_lm, make_item, rows):
+    """One token-counting rule: the prefix store's "prompt tokens not fed" are exactly the tokens a
+    scorer without the store feeds on top of one with it, sequential (rows = 0) and batched alike."""
+    store = PrefixStore(2**30)
+    lm = batched(tiny_lm, rows, store)
+    for n, response in enumerate(RESPONSES[:3]):
+        item = make_item(tiny_lm, QUESTION, context(4), response)
+        prompts = loo_prompts(tiny_lm, item)
+        before = store.stats.tokens_saved
+        fed = lm.score(prompts, item.response_ids).tokens_processed
+        without = batched(tiny_lm, rows).score(prompts, item.response_ids).tokens_processed
+        assert fed + store.stats.tokens_saved - before == without
+        assert (store.stats.tokens_saved > before) == (n > 0)

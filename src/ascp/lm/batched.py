@@ -65,8 +65,12 @@ def score_batched(lm, prompts: Sequence[Sequence[int]], response: Sequence[int],
     fed = 0
     full_side: Any = None  # keys and values of the full prompt (at least all but its last token)
 
-    def stored(ids: tuple[int, ...]) -> PrefixEntry | None:  # a hit spares all but the last prompt token
-        return store.get(ids, saves=len(ids) - 1) if store is not None and len(ids) > 1 else None
+    def stored(ids: tuple[int, ...], keep: int) -> PrefixEntry | None:
+        """The stored prompt side of `ids`: all but its last token, where the pass would keep `keep`
+        (the full prompt's own prefix counts as prefilled here: a hit spares that prefill)."""
+        if store is None or len(ids) < 2:
+            return None
+        return store.get(ids, saves=len(ids) - 1 - (0 if ids == full else keep))
 
     def prefix_of_full() -> Any:
         nonlocal full_side, fed
@@ -82,13 +86,13 @@ def score_batched(lm, prompts: Sequence[Sequence[int]], response: Sequence[int],
     rows: list[_Row] = []
     for ids in variants:
         limit = len(ids) - 1  # the last prompt token is always fed: its logits predict the response
-        entry = stored(ids)
+        keep = min(common_prefix(full, ids), limit, len(full) - 1)
+        entry = stored(ids, keep)
         if entry is not None:
             if ids == full:
                 full_side = entry.state
             rows.append(_Row(ids, entry.state, limit, [*ids[limit:], *response[:-1]]))
             continue
-        keep = min(common_prefix(full, ids), limit, len(full) - 1)
         base = prefix_of_full() if keep > 0 else None
         rows.append(_Row(ids, base, keep, [*ids[keep:], *response[:-1]]))
     order = sorted(range(len(rows)), key=lambda i: -len(rows[i].tail))  # similar tails share a pass
