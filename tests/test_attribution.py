@@ -168,6 +168,7 @@ class KeywordLM:
     model: KeywordModel
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     supports_prefix_cache: bool = False
+    prefixes: None = None  # the seam's declared prefix store: none
 
     @staticmethod
     def encode(text: str) -> list[int]:
