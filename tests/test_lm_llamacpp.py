@@ -55,12 +55,16 @@ def passages(k: int) -> tuple[Passage, ...]:
     return tuple(Passage(id=f"p{i}", text=TEXTS[i]) for i in range(k))
 
 
-def test_auto_picks_llamacpp_for_the_embedded_gguf_on_the_cpu():
-    from ascp.lm.resolve import choose_backend
+def test_auto_picks_by_measurement_hf_for_the_embedded_model_llamacpp_for_another_gguf():
+    """docs/backends.md: the embedded model ran both shipped workloads faster on transformers; another
+    GGUF file on the CPU goes to llama.cpp (its single operations are faster there)."""
+    from ascp.lm.resolve import choose_backend, embedded_gguf
 
-    assert choose_backend("default", device="cpu") == "llamacpp"
-    assert choose_backend("default", device="cpu", dtype="float32") == "hf"  # a dtype is a transformers setting
-    assert choose_backend("default", device="cpu", backend="hf") == "hf"
+    assert choose_backend("default", device="cpu") == "hf"
+    assert choose_backend(str(embedded_gguf()), device="cpu") == "llamacpp"  # the same file, named by path
+    assert choose_backend(str(embedded_gguf()), device="cpu", dtype="float32") == "hf"  # a transformers setting
+    assert choose_backend("default", device="cpu", backend="llamacpp") == "llamacpp"
+    assert choose_backend(str(embedded_gguf()), device="cpu", backend="hf") == "hf"
 
 
 def test_prompt_ids_equal_llama_cpp_own_tokenizer(lcpp):
@@ -169,9 +173,9 @@ def test_backend_misuse_is_refused(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # as if not installed
     with pytest.raises(AscpError, match="not installed"):
         load_language_model("default", backend="llamacpp")
-    from ascp.lm.resolve import choose_backend
+    from ascp.lm.resolve import choose_backend, embedded_gguf
 
-    assert choose_backend("default", device="cpu") == "hf"  # auto falls back
+    assert choose_backend(str(embedded_gguf()), device="cpu") == "hf"  # auto falls back
 
 
 def test_a_gguf_without_chat_template_is_refused(lcpp):

@@ -98,8 +98,9 @@ def load_model(spec: str = "default", device: str = "auto", dtype: str = "auto",
     """A model by the spec the CLI's `--model` accepts: `default` (the embedded SmolLM2-135M), a
     transformers model folder, a `.gguf` file or a cached hub id. Never downloads.
 
-    `backend`: `auto` runs a GGUF file on the CPU with llama.cpp where the `llamacpp` extra is
-    installed and with transformers otherwise; `hf` always uses transformers (the exactness
+    `backend`: `auto` runs the embedded `default` model with transformers (measured faster on the
+    shipped workloads, docs/backends.md), another GGUF file on the CPU with llama.cpp where the
+    `llamacpp` extra is installed, and everything else with transformers; `hf` always uses transformers (the exactness
     reference, and the GPU path); `llamacpp` insists on llama.cpp.
 
     `request_cache`: a SQLite file (or `"default"`, `$ASCP_HOME/requests.sqlite`) remembering every

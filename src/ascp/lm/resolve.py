@@ -95,8 +95,15 @@ def gguf_of(spec: str) -> Path | None:
 
 
 def choose_backend(spec: str, device: str = "auto", dtype: str = "auto", backend: str = "auto") -> str:
-    """`hf` or `llamacpp` for a model spec. `auto` takes llama.cpp for a GGUF file on the CPU where
-    llama-cpp-python is installed (and the CPU has AVX2), transformers otherwise."""
+    """`hf` or `llamacpp` for a model spec.
+
+    `auto` follows the measurements of docs/backends.md: for the embedded default model transformers,
+    which ran both shipped workloads faster whole (the demo 34 s vs 43 s, one cpu-small query 337 s vs
+    686 s with sharing on; the demo loop 36.7 s vs 49.0 s with it off), because its prefix store serves
+    generation as well as the probe; for any other GGUF file on the CPU llama.cpp where
+    llama-cpp-python is installed and the CPU has AVX2 (its single operations: generation 1.6-3x,
+    scoring at parity; no whole-workload measurement with sharing exists for other models);
+    transformers otherwise."""
     from ascp.lm import llamacpp
 
     if backend not in BACKENDS:
@@ -106,7 +113,9 @@ def choose_backend(spec: str, device: str = "auto", dtype: str = "auto", backend
     gguf = gguf_of(spec)
     on_cpu = device == "cpu" or (device == "auto" and not _cuda_available())
     if backend == "auto":
-        return "llamacpp" if gguf is not None and on_cpu and dtype == "auto" and llamacpp.available() else "hf"
+        measured_faster_on_hf = spec == DEFAULT_MODEL
+        fits_llamacpp = gguf is not None and on_cpu and dtype == "auto" and llamacpp.available()
+        return "llamacpp" if fits_llamacpp and not measured_faster_on_hf else "hf"
     if gguf is None:
         raise AscpError(f"the llamacpp backend runs GGUF files and {spec!r} is not one; pass a .gguf file "
                         "(or default) or use --backend hf.")
