@@ -124,8 +124,8 @@ ModelOpt = Annotated[
 ]
 BackendOpt = Annotated[
     str,
-    typer.Option("--backend", help="auto (transformers for the default model, measured faster; llama.cpp for another GGUF "
-                 "file on the CPU where installed; else transformers), "
+    typer.Option("--backend", help="auto (transformers for the default model, measured faster; llama.cpp for "
+                 "another GGUF file on the CPU where installed; else transformers), "
                  "hf (transformers) or llamacpp."),
 ]
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")]
