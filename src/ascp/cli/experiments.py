@@ -27,6 +27,18 @@ experiment_app = typer.Typer(
 app.add_typer(experiment_app, name="experiment")
 
 
+def _ray_options(executor: str, cpus_per_worker: float, gpus_per_worker: float) -> dict[str, Any]:
+    """The Ray executor's options: resources per actor and a line per finished chunk with the units
+    each worker has done."""
+    if executor != "ray":
+        return {}
+
+    def on_worker(label: str, units: int) -> None:
+        err.print(f"{label}: {units} units done", markup=False, highlight=False)
+
+    return {"cpus_per_worker": cpus_per_worker, "gpus_per_worker": gpus_per_worker, "on_worker": on_worker}
+
+
 @experiment_app.command("run")
 def experiment_run(
     spec: Annotated[Path, typer.Argument(help="YAML spec: name, tasks, models, seeds, grid or conditions.")],
@@ -48,9 +60,7 @@ def experiment_run(
     with user_errors():
         check_out_location(out_dir)
         plan = prepare(spec, executor, workers, embedder=embedder, prefix_cache_mb=prefix_cache_mb)
-        options: dict[str, Any] = (
-            {"cpus_per_worker": cpus_per_worker, "gpus_per_worker": gpus_per_worker} if executor == "ray" else {}
-        )
+        options = _ray_options(executor, cpus_per_worker, gpus_per_worker)
         bar, on_start, progress = _experiment_progress(f"{plan.spec.name} ({executor})")
 
         try:
@@ -189,14 +199,17 @@ def report_command(
             return
         if preset is not None and preset not in PRESET_CLAIMS:
             raise AscpError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}.")
-        claims = PRESET_CLAIMS[preset] if preset else ()
-        title = f"ascp reproduce --preset {preset}" if preset else None
         if used_threshold is not None:
             from ascp.reading import resolve_used_threshold
 
             resolve_used_threshold(used_threshold)  # a bad value fails before the store is read
-        report = write_report(directory, out_dir, n_boot=n_boot, seed=seed, claims=claims, title=title,
-                              used_threshold=used_threshold)
+        if preset is not None:  # the preset's claims; a held-out preset's frozen steered store joins the frame
+            from ascp.report.reproduce import preset_report
+
+            report = preset_report(preset, directory, out_dir, n_boot=n_boot, seed=seed,
+                                   used_threshold=used_threshold)
+        else:
+            report = write_report(directory, out_dir, n_boot=n_boot, seed=seed, used_threshold=used_threshold)
         err.print(f"{report.units}/{report.total} units; {len(report.tables)} tables "
                   f"({', '.join(report.tables)}), {len(report.figures)} figures; open {report.out}/index.html",
                   markup=False, highlight=False)
@@ -206,7 +219,9 @@ def report_command(
 def reproduce_command(
     out_dir: Annotated[Path, typer.Option("--out", help="Run store and report folder; rerun to resume.")],
     preset: Annotated[str, typer.Option("--preset", help="cpu-small: the paper's key contrasts on ASQA, "
-                                        "embedded model, < 60 min on 2 CPU cores.")] = "cpu-small",
+                                        "embedded model, < 60 min on 2 CPU cores; heldout-small: the frozen "
+                                        "held-out frame of Tables 10 and 11 (100 ASQA + 100 HotpotQA queries, "
+                                        "two seeds; hours on a CPU, docs/results/heldout-small).")] = "cpu-small",
     data_root: Annotated[Path | None, typer.Option("--data-root", help="Folder holding asqa/ (default: $ASCP_DATA, "
                                                    "else ../shared/data).")] = None,
     limit: Annotated[int | None, typer.Option("--limit", help="Queries per task (default: the preset's).")] = None,
@@ -216,18 +231,25 @@ def reproduce_command(
                                                 "preset's backend; cpu-small pins hf).")] = None,
     embedder: EmbedderOverrideOpt = None,
     request_cache: RequestCacheOpt = None,
+    executor: Annotated[str, typer.Option("--executor", help="local (one process, batched) or ray.")] = "local",
+    workers: Annotated[int, typer.Option("--workers", help="Ray actors per model (each loads it once).")] = 1,
+    address: Annotated[str | None, typer.Option("--address", help="Join this Ray cluster; default: start a "
+                                                "local one.")] = None,
+    cpus_per_worker: Annotated[float, typer.Option("--cpus-per-worker", help="Ray: CPUs per actor.")] = 1.0,
+    gpus_per_worker: Annotated[float, typer.Option("--gpus-per-worker", help="Ray: GPUs per actor.")] = 0.0,
 ) -> None:
     """Run a packaged reduction of the paper's experiments, then report which of its signs reproduce."""
     from ascp.report.reproduce import reproduce
 
     with user_errors():
-        bar, on_start, progress = _experiment_progress(preset)
-
+        bar, on_start, progress = _experiment_progress(f"{preset} ({executor})")
+        options = _ray_options(executor, cpus_per_worker, gpus_per_worker)
         try:
             with bar:
                 result, report = reproduce(preset, out_dir, data_root, limit, progress=progress, on_start=on_start,
                                            model=model, backend=backend, embedder=embedder,
-                                           request_cache=request_cache)
+                                           request_cache=request_cache, executor=executor, workers=workers,
+                                           address=address, **options)
         except KeyboardInterrupt:
             err.print(f"interrupted; finished units are kept in {out_dir}; rerun the same command to resume.")
             raise typer.Exit(130) from None

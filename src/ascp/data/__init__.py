@@ -87,7 +87,7 @@ def load_cases(
 def load_cases_with_order(
     path: str | Path, format: str = "auto", rank_by: str = "auto", limit: int | None = None, *,
     require_pool: bool = True, depth: int | None = None, min_pool: int | None = None,
-    embed_fn: Callable[[Sequence[str]], np.ndarray] | None = None,
+    embed_fn: Callable[[Sequence[str]], np.ndarray] | None = None, positions: tuple[int, int] | None = None,
 ) -> tuple[list[Case], str]:
     """(the cases of `path`, read, ordered and optionally cut; the order used: given | dense | bm25).
 
@@ -96,7 +96,8 @@ def load_cases_with_order(
     the 24 a (k=2, T=12) rotation or a k=24 context needs without repeats. `depth`: keep the top
     `depth` passages of each pool after ordering (recipes: also extend the pool to `depth` from
     the corpus). `require_pool`: reject cases without passages (False: gold-only statistics).
-    `embed_fn`: the embedder of `dense` ranking (default: the embedded MiniLM).
+    `embed_fn`: the embedder of `dense` ranking (default: the embedded MiniLM). `positions`: (first, last),
+    0-based and inclusive, the items in file order taken before `min_pool` and `limit` apply.
     """
     from ascp.data.ranking import RANKERS, rank_pools
 
@@ -111,8 +112,13 @@ def load_cases_with_order(
         if value is not None and value < 1:
             raise AscpError(f"{name} must be at least 1, got {value}.")
     fmt = detect_format(path) if format == "auto" else format
-    cases, ranked = _loader(fmt)(path, limit=limit if min_pool is None else None, require_pool=require_pool,
-                                 depth=depth)
+    head = positions[1] + 1 if positions is not None else limit if min_pool is None else None
+    cases, ranked = _loader(fmt)(path, limit=head, require_pool=require_pool, depth=depth)
+    if positions is not None:
+        if len(cases) <= positions[1]:
+            raise AscpError(f"positions {positions[0]}-{positions[1]} go past the end of {path}, which holds "
+                            f"{len(cases)} items (positions 0-{len(cases) - 1}).")
+        cases = cases[positions[0]:][:limit] if min_pool is None else cases[positions[0]:]
     if min_pool is not None:
         cases = [c for c in cases if len(c.pool) >= min_pool][:limit]
     order = auto_order(fmt, ranked) if rank_by == "auto" else rank_by

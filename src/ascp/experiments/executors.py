@@ -69,11 +69,14 @@ def import_ray():
 
 
 class ChunkWorker:
-    """A Ray actor body: holds one model and claim matcher (loaded once) and runs the chunks it is sent."""
+    """A Ray actor body: holds one model and claim matcher (loaded once) and runs the chunks it is sent.
+    `index` names the worker in progress lines; a restarted actor keeps its index and gets a new pid."""
 
     def __init__(self, model_source: str, device: str, embedder: str, embed_fn: EmbedFn | None = None,
-                 backend: str = "auto", settings: Settings | None = None, request_cache: str | None = None) -> None:
+                 backend: str = "auto", settings: Settings | None = None, request_cache: str | None = None,
+                 index: int = 0) -> None:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        self.index = index
         self.error: str | None = None  # a user error while loading, re-raised by run() as a task error
         try:
             self.lm = load_model(model_source, device, backend, request_cache,
@@ -83,20 +86,31 @@ class ChunkWorker:
         except AscpError as exc:
             self.error = str(exc)
 
-    def run(self, chunk: Chunk) -> list[dict]:
+    def run(self, chunk: Chunk) -> tuple[int, int, list[dict]]:
+        """(this worker's index, its pid, the chunk's records)."""
         if self.error is not None:
             raise AscpError(self.error)
-        return run_chunk(self.lm, chunk, self.embed, matcher=self.matcher)
+        return self.index, os.getpid(), run_chunk(self.lm, chunk, self.embed, matcher=self.matcher)
 
     def savings(self, name: str) -> list[str]:
         return [] if self.error is not None else savings_of(f"{name} (worker {os.getpid()})", self.lm)
 
 
+WorkerDone = Callable[[str, int], None]  # (worker label "worker I (pid P)", units that worker has returned so far)
+MAX_RESTARTS = 3  # restarts of a Ray worker whose process died (its chunk in flight is retried on the new one)
+
+
 def run_ray(chunks: Sequence[Chunk], store: RunStore, workers: int = 1, address: str | None = None,
             embed_fn: EmbedFn | None = None, progress: Progress | None = None,
-            cpus_per_worker: float = 1, gpus_per_worker: float = 0, request_cache: str | None = None) -> list[str]:
+            cpus_per_worker: float = 1, gpus_per_worker: float = 0, request_cache: str | None = None,
+            on_worker: WorkerDone | None = None) -> list[str]:
     """Run chunks on Ray actors: `workers` actors per model. Uses the Ray session already
     initialised in this process if any, else joins `address`, else starts a local cluster.
+
+    Fault tolerance: a worker whose process dies (killed, out of memory) is restarted by Ray up to
+    `MAX_RESTARTS` times, reloading its model, and the chunk it was running is retried there; the
+    driver is the store's only writer and writes a unit only once, so a retried chunk adds nothing
+    twice. `on_worker(label, units)` is called after each chunk with the units that worker has done.
     Returns what each worker's request cache and prefix store saved."""
     ray = import_ray()
     from ray.util import ActorPool
@@ -111,8 +125,10 @@ def run_ray(chunks: Sequence[Chunk], store: RunStore, workers: int = 1, address:
             raise AscpError(f"cannot start or join {where} ({exc.__class__.__name__}: {exc}); check --address."
                             ) from None
         started = True
-    remote = ray.remote(num_cpus=cpus_per_worker, num_gpus=gpus_per_worker)(ChunkWorker)
+    remote = ray.remote(num_cpus=cpus_per_worker, num_gpus=gpus_per_worker, max_restarts=MAX_RESTARTS,
+                        max_task_retries=MAX_RESTARTS)(ChunkWorker)
     savings: list[str] = []
+    done_by: dict[int, int] = {}
     try:
         for model, grouped in itertools.groupby(chunks, key=lambda c: c.model):
             group = list(grouped)
@@ -120,13 +136,16 @@ def run_ray(chunks: Sequence[Chunk], store: RunStore, workers: int = 1, address:
             # a model served by several engines: the workers take its servers in turn
             sources = model.sources
             actors = [remote.remote(sources[i % len(sources)], settings.device, settings.embedder, embed_fn,
-                                    settings.backend, settings, request_cache)
+                                    settings.backend, settings, request_cache, i)
                       for i in range(max(1, min(workers, len(group))))]
             try:
                 pool = ActorPool(actors)
-                for records in pool.map_unordered(lambda actor, chunk: actor.run.remote(chunk), group):
+                for index, pid, records in pool.map_unordered(lambda actor, chunk: actor.run.remote(chunk), group):
                     rounds = sum(r["T"] for r in records)
                     progress(rounds, sum(store.write(r) for r in records))
+                    done_by[index] = done_by.get(index, 0) + len(records)
+                    if on_worker is not None:
+                        on_worker(f"worker {index} (pid {pid})", done_by[index])
                 for lines in ray.get([actor.savings.remote(model.name) for actor in actors]):
                     savings += lines
             except ray.exceptions.RayTaskError as exc:
@@ -136,7 +155,7 @@ def run_ray(chunks: Sequence[Chunk], store: RunStore, workers: int = 1, address:
                 raise
             finally:
                 for actor in actors:
-                    ray.kill(actor)
+                    ray.kill(actor, no_restart=True)
     finally:
         if started:
             ray.shutdown()

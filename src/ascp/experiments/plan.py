@@ -47,14 +47,15 @@ class Plan:
     orders: dict[str, str] = field(default_factory=dict)  # task name -> pool order used (given | dense | bm25)
 
     def chunks(self) -> Iterator[Chunk]:
-        """All chunks, in execution order: model (loaded once), task, seed, condition, cases."""
+        """All chunks, in execution order: model (loaded once), task, seed, block of cases, condition; so a
+        run stopped early holds every condition of the blocks it finished (paired contrasts on them)."""
         size = self.spec.settings.batch_cases
         for model in self.spec.models:
             for task in self.spec.tasks:
                 cases = self.cases[task.name]
                 for seed in self.spec.seeds:
-                    for condition in self.spec.conditions:
-                        for lo in range(0, len(cases), size):
+                    for lo in range(0, len(cases), size):
+                        for condition in self.spec.conditions:
                             yield Chunk(task.name, model, seed, condition, cases[lo : lo + size], self.spec.settings)
 
     def unit_keys(self) -> list[UnitKey]:
@@ -75,6 +76,7 @@ class Plan:
                        # the order `auto` resolved to (explicit orders name themselves)
                        **({"order": self.orders[t.name]} if t.rank_by == "auto" and t.name in self.orders else {}),
                        **({} if t.min_pool is None else {"min_pool": t.min_pool}),  # absent: older stores resume
+                       **({} if t.positions is None else {"positions": t.positions_text}),
                        "cases": [c.id for c in self.cases[t.name]]}
                       for t in spec.tasks],
             "models": [{"name": m.name, "source": m.source} for m in spec.models],
@@ -101,13 +103,14 @@ def make_plan(spec: ExperimentSpec) -> Plan:
         try:
             ordered, orders[task.name] = load_cases_with_order(
                 task.data, format=task.format, rank_by=task.rank_by, limit=task.limit, depth=task.depth,
-                min_pool=task.min_pool, embed_fn=embed_fn)
+                min_pool=task.min_pool, embed_fn=embed_fn, positions=task.positions)
             loaded = tuple(ordered)
         except AscpError as exc:
             raise AscpError(f"spec field tasks[{i}].data: {exc}") from None
         if not loaded:
             extra = f" with a pool of at least {task.min_pool} passages" if task.min_pool else ""
-            raise AscpError(f"spec field tasks[{i}].data: {task.data} holds no cases{extra}.")
+            at = f" at positions {task.positions_text}" if task.positions else ""
+            raise AscpError(f"spec field tasks[{i}].data: {task.data} holds no cases{extra}{at}.")
         ids = [c.id for c in loaded]
         if len(set(ids)) != len(ids):
             raise AscpError(f"spec field tasks[{i}].data: case ids in {task.data} are not unique.")

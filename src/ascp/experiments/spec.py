@@ -19,7 +19,7 @@ from ascp.params import is_number, is_whole
 TOP_KEYS = ("name", "description", "tasks", "models", "seeds", "grid", "conditions", "sampling", "embedder",
             "batch_cases", "batch_size", "threshold", "device", "backend", "template", "system", "nli_model",
             "prefix_cache_mb")
-TASK_KEYS = ("name", "data", "format", "limit", "rank_by", "depth", "min_pool")
+TASK_KEYS = ("name", "data", "format", "positions", "limit", "rank_by", "depth", "min_pool")
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_new_tokens")
 GRID_KEYS = ("policy", *FIELDS)
 _NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
@@ -34,6 +34,11 @@ class TaskSpec:
     rank_by: str = "auto"  # the format's default order (ascp.data.DEFAULT_ORDER)
     depth: int | None = None  # keep the top `depth` passages of each ordered pool
     min_pool: int | None = None  # keep only cases whose pool holds at least this many passages
+    positions: tuple[int, int] | None = None  # (first, last) item in file order, 0-based, inclusive
+
+    @property
+    def positions_text(self) -> str | None:
+        return None if self.positions is None else f"{self.positions[0]}-{self.positions[1]}"
 
 
 @dataclass(frozen=True)
@@ -217,7 +222,19 @@ def _task(where: str, raw: Any, base: Path) -> TaskSpec:
         rank_by=rank_by,
         depth=None if depth is None else _int(f"{where}.depth", depth, 1),
         min_pool=None if min_pool is None else _int(f"{where}.min_pool", min_pool, 1),
+        positions=None if raw.get("positions") is None else parse_positions(f"{where}.positions", raw["positions"]),
     )
+
+
+def parse_positions(where: str, value: Any) -> tuple[int, int]:
+    """`positions: 145-244` (first-last, 0-based, inclusive, in file order) or one position."""
+    if is_whole(value) and value >= 0:
+        return int(value), int(value)
+    match = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", value) if isinstance(value, str) else None
+    if match is None or int(match[1]) > int(match[2]):
+        raise _fail(where, f"expected FIRST-LAST, two 0-based item positions in file order with FIRST <= LAST "
+                           f"(e.g. 145-244), got {value!r}.")
+    return int(match[1]), int(match[2])
 
 
 def _model(where: str, raw: Any, base: Path) -> ModelSpec:

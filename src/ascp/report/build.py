@@ -85,7 +85,7 @@ def fill_ceilings(records: list[dict], plan: dict) -> int:
 
 def write_report(run_dir: str | Path, out: str | Path | None = None, n_boot: int = 10_000, seed: int = 0,
                  title: str | None = None, claims: tuple[Claim, ...] = (), notes: tuple[str, ...] = (),
-                 used_threshold: str | float | None = None) -> Report:
+                 used_threshold: str | float | None = None, also: tuple[Path, ...] = ()) -> Report:
     """Write the report of the run store `run_dir` into `out` (default `run_dir/report`).
 
     Bootstrap intervals use `n_boot` replicates drawn from `numpy.random.default_rng(seed)`, so the
@@ -93,7 +93,8 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, n_boot: int
     or None for the calibrated default) is the width-invariant threshold of the tables' ECR.
     `claims` adds a table of the paper's signs checked on this run (`ascp.report.claims`); `notes`
     are extra lines for the page's introduction. A partial store (a run still going, or killed) is
-    reported as it stands, and the page says how many units it holds.
+    reported as it stands, and the page says how many units it holds. `also`: more stores of the same tasks
+    and models (other conditions) whose units join the frame.
     """
     from ascp.results import read_results
 
@@ -102,8 +103,12 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, n_boot: int
         raise AscpError(f"run folder {run_dir} does not exist; pass the --out folder of `ascp experiment run`.")
     results = read_results(run_dir, kinds=("store",), purpose="a report contrasts the conditions of an "
                            "experiment's plan, which a run folder does not declare; view a run with `ascp view`")
-    plan = results.config
+    plan = dict(results.config)
     records = results.records()
+    for extra in also:
+        more = read_results(extra, kinds=("store",), purpose="a report joins only experiment stores")
+        records += more.records()
+        plan["units"] += more.config["units"]
     if not records:
         raise AscpError(f"{run_dir} has no finished units yet; run `ascp experiment run` first.")
     if n_boot < 100:
