@@ -129,19 +129,22 @@ BackendOpt = Annotated[
                  "hf (transformers) or llamacpp."),
 ]
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")]
-def seed_option(meaning: str) -> Any:
-    """`--seed`, with what the seed decides in that command."""
-    return Annotated[int, typer.Option("--seed", help=meaning)]
 
 
-AttributeSeedOpt = seed_option("Seed of free-protocol generation and of a seeded estimator's draws "
-                               "(ContextCite masks).")
-RunSeedOpt = seed_option("Run seed: each round samples from (seed, case, round), the same under every policy; also "
-                         "the schedulers' tie-breaks.")
-PoolsSeedOpt = seed_option("Seed of the padding draws and the context shuffle.")
-ValidationSeedOpt = seed_option("Seed of the pools, the fixed targets, free responses and ContextCite masks.")
-BootstrapSeedOpt = seed_option("Seed of the bootstrap replicates.")
-SimulateSeedOpt = seed_option("Seed of the consumer's use draws and the schedulers' tie-breaks.")
+def _seed(meaning: str) -> Any:
+    return typer.Option("--seed", help=meaning)
+
+
+# `--seed`, with what the seed decides in each command.
+AttributeSeedOpt = Annotated[int, _seed("Seed of free-protocol generation and of a seeded estimator's draws "
+                                        "(ContextCite masks).")]
+RunSeedOpt = Annotated[int, _seed("Run seed: each round samples from (seed, case, round), the same under every "
+                                  "policy; also the schedulers' tie-breaks.")]
+PoolsSeedOpt = Annotated[int, _seed("Seed of the padding draws and the context shuffle.")]
+ValidationSeedOpt = Annotated[int, _seed("Seed of the pools, the fixed targets, free responses and ContextCite "
+                                         "masks.")]
+BootstrapSeedOpt = Annotated[int, _seed("Seed of the bootstrap replicates.")]
+SimulateSeedOpt = Annotated[int, _seed("Seed of the consumer's use draws and the schedulers' tie-breaks.")]
 DataOpt = Annotated[Path, typer.Option("--data", help="Cases: generic JSONL, an ALCE (ASQA, QAMPARI, ELI5), "
                                       "HotpotQA or recipe file (docs/data.md).")]
 KOpt = Annotated[int, typer.Option("--k", help="Passages per context.")]

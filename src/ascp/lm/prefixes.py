@@ -28,13 +28,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ascp.errors import AscpError
 from ascp.lru import LRU
-
-if TYPE_CHECKING:
-    from ascp.lm.protocol import LanguageModel
 
 __all__ = ["DEFAULT_MB", "PrefixEntry", "PrefixStats", "PrefixStore", "check_megabytes", "configure_prefixes",
            "fresh_prefixes", "prefix_store", "prefix_store_from_env"]
@@ -144,14 +141,20 @@ def prefix_store_from_env() -> PrefixStore | None:
     return prefix_store(check_megabytes(raw, "ASCP_PREFIX_CACHE_MB"))
 
 
-def fresh_prefixes(lm: LanguageModel) -> None:
+class HoldsPrefixes(Protocol):
+    """What the two functions below need of a model: the seam's declared store (`LanguageModel.prefixes`)."""
+
+    prefixes: PrefixStore | None
+
+
+def fresh_prefixes(lm: HoldsPrefixes) -> None:
     """Empty `lm`'s store (its counts stay): a loop run or a batch of probes then computes the same
     way, to the last bit, whatever the model computed before (docs/prefix-store.md)."""
     if lm.prefixes is not None:
         lm.prefixes.clear()
 
 
-def configure_prefixes(lm: LanguageModel, mb: float | None) -> None:
+def configure_prefixes(lm: HoldsPrefixes, mb: float | None) -> None:
     """Give `lm` a store of `mb` megabytes (0: none); None keeps its own. A model that prefills
     nothing in process (an engine's server keeps its own cache) holds it unused."""
     if mb is not None:
