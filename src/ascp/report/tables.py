@@ -274,9 +274,48 @@ def _is_plain_ascp(row) -> bool:
     return row["policy"] == "ascp" and row["scheduler"] == "ascp"
 
 
+# The paper's held-out rows (Tables 10 and 11: ΔPR@T, BH q), by baseline label, beside this run's.
+PAPER_COMPARISONS: dict[str, dict[str, tuple[float, float]]] = {
+    "10": {"Ascp without steering": (+0.009, 0.102), "deep rotation": (+0.006, 0.343), "vanilla RAG": (+0.072, 0.0),
+           "MMR": (+0.070, 0.0), "DPP-RAG": (+0.035, 0.0), "xQuAD": (+0.071, 0.0), "PM-2-RAG": (+0.081, 0.0),
+           "Carriage": (+0.033, 0.0), "Carriage-narrow": (+0.048, 0.0)},
+    "11": {"deep rotation": (-0.003, 0.717), "vanilla RAG": (+0.063, 0.0), "MMR": (+0.061, 0.0),
+           "DPP-RAG": (+0.026, 0.002), "xQuAD": (+0.062, 0.0), "PM-2-RAG": (+0.072, 0.0), "Carriage": (+0.024, 0.0),
+           "Carriage-narrow": (+0.039, 0.0)},
+}
+FRAME_QUERIES = 100  # queries per task of the paper's held-out frame (Tables 10 and 11)
+
+
+def paper_cell(number: str, label: str) -> str:
+    """The paper's ΔPR@T and BH q of a Table 10/11 row ('-' for a row the paper does not have)."""
+    paper = PAPER_COMPARISONS.get(number, {}).get(label)
+    if paper is None:
+        return "-"
+    return f"{paper[0]:+.3f} (q {'<.001' if paper[1] < 0.001 else f'{paper[1]:.3f}'})"
+
+
+def comparison_verdict(est: Estimate | None, q: float, paper: tuple[float, float] | None) -> str:
+    """This row against the paper's, significance read off BH q at 0.05: a paper effect (q < .05) is
+    `reproduced` (same sign, q < .05), `same sign, n.s.`, or `opposite sign` (`, significant`); a paper
+    null (q >= .05) is `consistent (n.s.)` or `differs`."""
+    if paper is None or est is None or not math.isfinite(q):
+        return "-"
+    significant = q < 0.05
+    if paper[1] >= 0.05:
+        return "differs" if significant else "consistent (n.s.)"
+    if est.mean * paper[0] > 0:
+        return "reproduced" if significant else "same sign, n.s."
+    return "opposite sign" + (", significant" if significant else "")
+
+
 def comparison_tables(frame, rng: np.random.Generator, n_boot: int) -> list[Table]:
     """Tables 10/11: each plain `ascp` condition against every non-Ascp policy at the same k, T,
-    estimator and instruction with ordinary decoding (and, when Ascp steers, Ascp without steering)."""
+    estimator and instruction with ordinary decoding (and, when Ascp steers, Ascp without steering;
+    an Ascp variant that is no ablation of Table 15, e.g. ascp-exposure, is a row the paper does not have).
+    Each row has the paper's number and a verdict beside it, and the power of this design
+    (`ascp.stats.detectable_effect`)."""
+    from ascp.stats import detectable_effect
+
     conds = conditions(frame)
     refs = [(n, r) for n, r in conds.iterrows() if _is_plain_ascp(r)]
     tables = []
@@ -289,31 +328,51 @@ def comparison_tables(frame, rng: np.random.Generator, n_boot: int) -> list[Tabl
             baselines += [(n, "Ascp without steering") for n, r in same.iterrows() if _is_plain_ascp(r)]
         baselines += [(n, POLICY_LABELS.get(r["policy"], r["scheduler"])) for n, r in same.iterrows()
                       if not str(r["policy"]).startswith("ascp")]
+        baselines += [(n, str(r["scheduler"])) for n, r in same.iterrows()  # another scheduler, not an ablation
+                      if str(r["policy"]).startswith("ascp") and not _is_plain_ascp(r)
+                      and r["policy"] not in {policy for _, policy in ABLATIONS}]
         if not baselines:
             continue
         ests = {m: [estimate_difference(paired(frame, ref, b, m), rng, n_boot) for b, _ in baselines]
                 for m in ("pr", "ecr_thresholded", "groundedness")}
         q = _q_values([e.p if e else math.nan for e in ests["pr"]])
         ref_pr = task_weighted_mean(frame, ref, "pr")
+        number = "10" if steered else "11"
+        queries = int(frame.loc[frame["condition"] == ref, ["task", "query"]].drop_duplicates().shape[0])
+        n_tasks = int(frame.loc[frame["condition"] == ref, "task"].nunique())
+        full = FRAME_QUERIES * n_tasks
         rows, data = [], []
         for i, (base, label) in enumerate(baselines):
             pr, ecr, gr = ests["pr"][i], ests["ecr_thresholded"][i], ests["groundedness"][i]
             base_pr = task_weighted_mean(frame, base, "pr")
+            paper = PAPER_COMPARISONS[number].get(label)
+            mde = detectable_effect(pr.se) if pr else math.nan
+            mde_full = detectable_effect(pr.se, n=queries, n_target=full) if pr and queries else math.nan
             rows.append([label, num(base_pr), num(ref_pr), signed(pr.mean if pr else math.nan) + marker(q[i]),
-                         interval(pr), pvalue(q[i]), signed(ecr.mean if ecr else math.nan),
+                         interval(pr), pvalue(q[i]), paper_cell(number, label), comparison_verdict(pr, q[i], paper),
+                         num(mde), num(mde_full), signed(ecr.mean if ecr else math.nan),
                          signed(gr.mean if gr else math.nan), str(pr.n if pr else 0)])
             data.append({"baseline": base, "label": label, "reference": ref, "baseline_pr": base_pr, "ascp_pr": ref_pr,
-                         "q": q[i], **_est_dict("delta_pr", pr), **_est_dict("delta_ecr", ecr),
-                         **_est_dict("delta_ground", gr)})
-        number = "10" if steered else "11"
+                         "q": q[i], "paper_delta_pr": paper[0] if paper else math.nan,
+                         "paper_q": paper[1] if paper else math.nan, "verdict": comparison_verdict(pr, q[i], paper),
+                         "mde80": mde, "mde80_frame": mde_full, "queries": queries, "frame_queries": full,
+                         **_est_dict("delta_pr", pr), **_est_dict("delta_ecr", ecr), **_est_dict("delta_ground", gr)})
         what = "with steered decoding" if steered else "scheduler only (ordinary decoding on both sides)"
         tables.append(Table(
             f"table{number}_ascp_k{rrow['k']}_T{rrow['T']}",
             f"Table {number}: Ascp vs baselines at k={rrow['k']}, T={rrow['T']} ({what})",
             f"Reference: {ref}. Differences Ascp minus baseline, paired within task, model, seed and query; "
             "bootstrap by query (crossed seeds x queries, equal task weights, when the run has several). "
-            f"BH q over the PR@T contrasts of this table; markers use q. {ecr_note(frame)}",
-            ["baseline", "baseline PR", "Ascp PR", "ΔPR", "95% CI", "BH q", "ΔECR", "Δground", "n"], rows, data))
+            f"BH q over the PR@T contrasts of this table; markers use q. Paper: Table {number}'s ΔPR@T and BH q "
+            "(Llama/Qwen/Mistral 7-8B, four tasks; '<.001' printed for q < .001); verdict: a paper effect is "
+            "reproduced when this row has its sign with q < .05, a paper null is consistent when q >= .05. "
+            "Power: MDE80 = (z_0.975 + z_0.80) x SE = 2.80 x SE, the smallest true ΔPR a two-sided test at 0.05 "
+            f"detects with 80% power, SE the bootstrap SE of ΔPR on this run's {queries} queries; 'MDE80 frame' "
+            f"is the same design at the held-out frame's {full} queries ({FRAME_QUERIES} per task): "
+            f"2.80 x SE x sqrt({queries}/{full}). BH over the family makes the per-row bar higher. "
+            f"{ecr_note(frame)}",
+            ["baseline", "baseline PR", "Ascp PR", "ΔPR", "95% CI", "BH q", "paper ΔPR", "verdict", "MDE80",
+             "MDE80 frame", "ΔECR", "Δground", "n"], rows, data))
     return tables
 
 

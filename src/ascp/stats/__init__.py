@@ -12,6 +12,7 @@ from .bootstrap import bootstrap_p, crossed_bootstrap, paired_bootstrap
 from .independence import IndependenceTest, consumption_independence, consumption_rows
 from .meta import MetaAnalysis, paule_mandel, pooled_mean, prediction_interval
 from .multiplicity import bh_by_family, bh_fdr
+from .power import detectable_effect
 from .regression import partial_correlation, width_elasticity, within_query_correlation
 from .seeds import seed_means, seed_t_interval
 
@@ -25,6 +26,7 @@ __all__ = [
     "consumption_independence",
     "consumption_rows",
     "crossed_bootstrap",
+    "detectable_effect",
     "paired_bootstrap",
     "partial_correlation",
     "paule_mandel",

@@ -1,0 +1,213 @@
+"""The held-out frame (issue 38): task positions in file order, the heldout-small preset and its
+development split (disjoint, written down, the decoder chosen once by the one-standard-error rule
+and frozen), Tables 10/11 with the paper's numbers, verdicts and the power statement."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import yaml
+from test_report import ASQA_ROOT, unit, write_store
+
+from ascp.errors import AscpError
+from ascp.experiments import Condition, make_plan
+from ascp.experiments.spec import parse_spec
+from ascp.report import write_report
+from ascp.report.reproduce import (
+    DECODER,
+    TABLE10,
+    Development,
+    choose_decoder,
+    development_spec,
+    frozen_spec,
+    load_preset,
+    preset_report,
+    write_splits,
+)
+from ascp.report.tables import comparison_verdict
+from ascp.stats import Estimate, detectable_effect
+
+
+def cases_file(folder: Path, pools: list[int]) -> Path:
+    """One JSONL case per entry, `pools[i]` passages in case i (its id names its file position)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "cases.jsonl"
+    lines = [json.dumps({"id": f"p{i}", "question": f"when was {i} born?", "answers": [["1850"]],
+                         "pool": [{"id": f"d{j}", "text": f"born in {1850 + j}"} for j in range(n)]})
+             for i, n in enumerate(pools)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def spec_with(folder: Path, **task) -> dict:
+    return {"name": "pos", "tasks": [{"name": "toy", "data": str(cases_file(folder, [6, 2, 6, 6, 6, 2, 6])),
+                                      "format": "jsonl", "rank_by": "given", **task}],
+            "models": ["default"], "conditions": ["rotate(k=2,T=2)"], "embedder": "hashing"}
+
+
+# ----- positions ------------------------------------------------------------------------------------
+
+def test_positions_select_by_file_order_then_filter(tmp_path, monkeypatch):
+    monkeypatch.setattr("ascp.lm.resolve.embedded_gguf", lambda: "x.gguf")  # `default` resolves without the wheel
+    plan = make_plan(parse_spec(spec_with(tmp_path, positions="1-5", min_pool=4)))
+    assert [c.id for c in plan.cases["toy"]] == ["p2", "p3", "p4"]  # 1-5 selected, then the 2-passage pools dropped
+    task = plan.manifest()["tasks"][0]
+    assert task["positions"] == "1-5" and task["cases"] == ["p2", "p3", "p4"]
+    limited = make_plan(parse_spec(spec_with(tmp_path, positions="2-6", limit=2)))
+    assert [c.id for c in limited.cases["toy"]] == ["p2", "p3"]
+    single = make_plan(parse_spec(spec_with(tmp_path, positions=6)))
+    assert [c.id for c in single.cases["toy"]] == ["p6"]
+    assert "positions" not in make_plan(parse_spec(spec_with(tmp_path))).manifest()["tasks"][0]
+
+
+@pytest.mark.parametrize("value", ["5-1", "a-b", "1-", -1, [1, 2]])
+def test_bad_positions_are_one_sentence_naming_the_field(tmp_path, value):
+    with pytest.raises(AscpError, match=r"^spec field tasks\[0\]\.positions: expected FIRST-LAST"):
+        parse_spec(spec_with(tmp_path, positions=value))
+
+
+def test_positions_past_the_end_of_the_file(tmp_path, monkeypatch):
+    monkeypatch.setattr("ascp.lm.resolve.embedded_gguf", lambda: "x.gguf")
+    with pytest.raises(AscpError, match=r"positions 3-9 go past the end of .* 7 items \(positions 0-6\)"):
+        make_plan(parse_spec(spec_with(tmp_path, positions="3-9")))
+
+
+# ----- the preset and its development split ----------------------------------------------------------
+
+@pytest.mark.skipif(not (ASQA_ROOT / "hotpotqa" / "hotpotqa_dev_distractor_ircot.jsonl").is_file(),
+                    reason="the shared ASQA and HotpotQA files (../shared/data) are absent")
+def test_heldout_preset_is_the_frame_of_tables_10_and_11():
+    spec, development = load_preset("heldout-small", ASQA_ROOT)
+    assert [(t.name, t.positions) for t in spec.tasks] == [("asqa", (145, 244)), ("hotpotqa", (292, 391))]
+    assert spec.seeds == (0, 1) and {c.k for c in spec.conditions} == {5} and {c.T for c in spec.conditions} == {5}
+    assert [c.policy for c in spec.conditions] == ["ascp", "ascp-exposure", "vanilla", "mmr", "rotate"]
+    assert all(c.steer is None and c.estimator == "loo" for c in spec.conditions)
+    assert "development:" not in spec.text  # the stored spec.yaml is a spec `ascp experiment run` reads
+    assert parse_spec(yaml.safe_load(spec.text)).conditions == spec.conditions
+    assert development is not None and development.positions == {"asqa": "123-144", "hotpotqa": "250-291"}
+    dev = development_spec(spec, development)
+    assert [t.positions for t in dev.tasks] == [(123, 144), (250, 291)]
+    assert [(c.steer, c.eta) for c in dev.conditions] == [(0.25, 0.1), (0.5, 0.1), (1.0, 0.1)]
+    assert parse_spec(yaml.safe_load(dev.text)).conditions == dev.conditions
+    frozen = frozen_spec(spec, dev.conditions[1].name)
+    assert [c.name for c in frozen.conditions] == [dev.conditions[1].name] and frozen.tasks == spec.tasks
+
+
+def test_splits_are_written_and_must_be_disjoint(tmp_path):
+    def plan(positions: tuple[int, int], ids: list[str]):
+        task = SimpleNamespace(name="asqa", data=Path("x"), positions=positions,
+                               positions_text=f"{positions[0]}-{positions[1]}")
+        return SimpleNamespace(spec=SimpleNamespace(tasks=(task,)), cases={"asqa": [SimpleNamespace(id=i)
+                                                                                   for i in ids]})
+
+    splits = write_splits(tmp_path, plan((145, 244), ["a", "b"]), plan((123, 144), ["c"]))
+    stored = json.loads((tmp_path / "splits.json").read_text(encoding="utf-8"))
+    assert stored == splits and stored["disjoint"] is True
+    assert stored["tasks"]["asqa"]["test"] == {"positions": "145-244", "eligible": 2, "cases": ["a", "b"]}
+    assert stored["tasks"]["asqa"]["development"]["positions"] == "123-144"
+    with pytest.raises(AscpError, match="development positions 140-150 overlap the test positions 145-244"):
+        write_splits(tmp_path, plan((145, 244), ["a"]), plan((140, 150), ["c"]))
+
+
+DEV = Development({"toy": "0-9"}, (0.25, 0.5, 1.0), 0.1, "ascp(k=2,T=2)")
+
+
+def dev_store(folder: Path, shift: dict[float, float], noise: float) -> Path:
+    rng = np.random.default_rng(3)
+    records = []
+    for seed in (0, 1):
+        for i in range(20):
+            base = rng.uniform(0.2, 0.5)
+            for alpha in DEV.candidates:
+                records.append(unit(Condition.parse(DEV.condition(alpha)), f"q{i}", seed,
+                                    base + shift[alpha] + rng.normal(0, noise)))
+    return write_store(folder, records)
+
+
+def test_decoder_choice_is_the_smallest_alpha_within_one_standard_error(tmp_path):
+    close = choose_decoder(dev_store(tmp_path / "close", {0.25: 0.0, 0.5: 0.005, 1.0: 0.004}, 0.05), DEV, 500)
+    assert close["best"] == 0.5 and close["chosen"] == 0.25  # within one SE of the best: the gentlest wins
+    assert close["condition"] == DEV.condition(0.25) and all(r["within_one_se"] for r in close["candidates"])
+    clear = choose_decoder(dev_store(tmp_path / "clear", {0.25: 0.0, 0.5: 0.03, 1.0: 0.10}, 0.01), DEV, 500)
+    assert clear["best"] == 1.0 and clear["chosen"] == 1.0
+    assert [r["within_one_se"] for r in clear["candidates"]] == [False, False, True]
+
+
+def test_decoder_choice_waits_for_every_candidate(tmp_path):
+    records = [unit(Condition.parse(DEV.condition(0.25)), f"q{i}", 0, 0.3) for i in range(4)]
+    with pytest.raises(AscpError, match="lacks a candidate's units"):
+        choose_decoder(write_store(tmp_path / "s", records), DEV, 200)
+
+
+# ----- Tables 10 and 11 ---------------------------------------------------------------------------
+
+def test_power_is_the_normal_minimum_detectable_effect():
+    assert detectable_effect(0.01) == pytest.approx((1.959964 + 0.841621) * 0.01, rel=1e-5)
+    assert detectable_effect(0.02, n=50, n_target=200) == pytest.approx(detectable_effect(0.01))
+    assert np.isnan(detectable_effect(float("nan")))
+    with pytest.raises(ValueError):
+        detectable_effect(0.01, n=10)
+
+
+@pytest.mark.parametrize(("mean", "q", "paper", "expected"), [
+    (0.05, 0.01, (0.063, 0.0), "reproduced"),
+    (0.05, 0.20, (0.063, 0.0), "same sign, n.s."),
+    (-0.05, 0.01, (0.063, 0.0), "opposite sign, significant"),
+    (-0.05, 0.20, (0.063, 0.0), "opposite sign"),
+    (0.01, 0.50, (-0.003, 0.717), "consistent (n.s.)"),
+    (-0.10, 0.001, (-0.003, 0.717), "differs"),
+])
+def test_comparison_verdict(mean, q, paper, expected):
+    assert comparison_verdict(Estimate(mean, mean - 0.01, mean + 0.01, q, 20), q, paper) == expected
+
+
+def frame_records(condition_prs: dict[str, float], n: int = 10, tasks: tuple[str, ...] = ("asqa", "hotpotqa")):
+    rng = np.random.default_rng(5)
+    records = []
+    for task in tasks:
+        for seed in (0, 1):
+            for i in range(n):
+                base = rng.uniform(0.1, 0.4)
+                for text, shift in condition_prs.items():
+                    records.append(unit(Condition.parse(text), f"q{i}", seed, base + shift + rng.normal(0, 0.01),
+                                        task=task))
+    return records
+
+
+def test_tables_10_and_11_carry_the_paper_verdict_and_power(tmp_path):
+    table11 = {"ascp(k=5,T=5)": 0.10, "ascp-exposure(k=5,T=5)": 0.09, "vanilla(k=5,T=5)": 0.0,
+               "mmr(k=5,T=5)": 0.12, "rotate(k=5,T=5)": 0.10}
+    steered = "ascp(k=5,T=5,steer=0.5,eta=0.1)"
+    out = write_store(tmp_path / "run", frame_records(table11))
+    write_store(out / TABLE10, frame_records({steered: 0.11}))
+    (out / DECODER).write_text(json.dumps({"chosen": 0.5, "eta": 0.1, "condition": Condition.parse(steered).name}),
+                               encoding="utf-8")
+    report = preset_report("heldout-small", out, n_boot=400)
+    data = json.loads((report.out / "tables" / "tables.json").read_text(encoding="utf-8"))
+    t11 = {r["label"]: r for r in data["table11_ascp_k5_T5"]["data"]}
+    assert set(t11) == {"vanilla RAG", "MMR", "deep rotation", "ascp-exposure"}
+    assert t11["vanilla RAG"]["verdict"] == "reproduced" and t11["vanilla RAG"]["paper_delta_pr"] == 0.063
+    assert t11["MMR"]["verdict"] == "opposite sign, significant"
+    assert t11["deep rotation"]["verdict"] == "consistent (n.s.)" and t11["deep rotation"]["paper_q"] == 0.717
+    assert t11["ascp-exposure"]["verdict"] == "-"  # not a row of the paper
+    row = t11["vanilla RAG"]
+    assert row["mde80"] == pytest.approx(2.8016 * row["delta_pr_se"], rel=1e-3)
+    assert row["queries"] == 20 and row["frame_queries"] == 200
+    assert row["mde80_frame"] == pytest.approx(row["mde80"] * np.sqrt(20 / 200))
+    t10 = {r["label"]: r for r in data["table10_ascp_k5_T5"]["data"]}
+    assert t10["Ascp without steering"]["paper_delta_pr"] == 0.009  # the frozen store joined the frame
+    md = (report.out / "tables" / "table11_ascp_k5_T5.md").read_text(encoding="utf-8")
+    assert "+0.063 (q <.001)" in md and "2.80 x SE" in md
+    claims = {r["claim"] for r in data["claims"]["data"]}
+    assert "steered Ascp beats vanilla RAG" in claims and "Ascp beats MMR (scheduler only)" in claims
+    assert report.total == len(frame_records(table11)) + len(frame_records({steered: 0.11}))
+
+
+def test_report_without_the_frozen_store_has_table_11_only(tmp_path):
+    out = write_store(tmp_path / "run", frame_records({"ascp(k=5,T=5)": 0.1, "vanilla(k=5,T=5)": 0.0}, n=4))
+    report = write_report(out, n_boot=200)
+    assert "table11_ascp_k5_T5" in report.tables and "table10_ascp_k5_T5" not in report.tables
