@@ -20,7 +20,8 @@ from ascp.params import Param, validate
 from ascp.plugins import load_plugins
 from ascp.reading import free_threshold, normalize, used_mask
 
-_BUILTIN_NAMES = ("loo", "replace", "hierarchical", "contextcite", "bm25", "qd-cosine", "yd-cosine")
+_BUILTIN_NAMES = ("loo", "replace", "hierarchical", "contextcite", "bm25", "qd-cosine", "yd-cosine", "attention",
+                  "gated")
 DEFAULT_ESTIMATOR = "loo"
 """The causal probe of the paper (Eq. 3): what every command and the API use unless told otherwise."""
 VALIDATION_ESTIMATORS = ("loo", "replace", "contextcite", "bm25", "qd-cosine", "yd-cosine")
@@ -42,7 +43,9 @@ else:
 
 def _registry() -> dict[str, Callable[..., Estimator]]:
     # The built-ins import lazily: some of their modules pull in scikit-learn or embedders.
+    from ascp.attribution.attention import AttentionEstimator
     from ascp.attribution.contextcite import ContextCite
+    from ascp.attribution.gated import GatedEstimator
     from ascp.attribution.hierarchical import HierarchicalLOO
     from ascp.attribution.loo import LeaveOneOut, Replacement
     from ascp.attribution.proxies import BM25Proxy, QuestionCosine, ResponseCosine
@@ -55,6 +58,8 @@ def _registry() -> dict[str, Callable[..., Estimator]]:
         "bm25": BM25Proxy,
         "qd-cosine": QuestionCosine,
         "yd-cosine": ResponseCosine,
+        "attention": AttentionEstimator,
+        "gated": GatedEstimator,
         **_REGISTERED,
     }
 

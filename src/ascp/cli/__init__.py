@@ -12,6 +12,7 @@ from ascp.cli import probe  # noqa: I001, F401
 from ascp.cli import runs  # noqa: F401
 from ascp.cli import experiments  # noqa: F401
 from ascp.cli import judge  # noqa: F401
+from ascp.cli import fastprobe  # noqa: F401
 from ascp.cli.common import app, main
 
 __all__ = ["app", "main"]

@@ -1,0 +1,219 @@
+"""Fitting an attention map for one model (`ascp fit-probe`): contexts, exact LOO, a ridge fit, a band.
+
+Contexts are built from a data file's training positions (by default HotpotQA 0-199; the fit
+never sees ASQA, whose pools the fast-probe benchmark uses): per item a width k drawn from
+`FIT_WIDTHS` among those its pool allows, k passages drawn from the pool in random order, and the
+model's own sampled response. Each context is read twice: one attention pass (the features) and
+exact deletion `loo` (the labels, nats per response token). The attention pass leaves the full
+prompt in the prefix store, so `loo` feeds the prompt once.
+
+The map is a ridge regression with an intercept, alpha chosen by cross-validation: LOO scores are
+signed (a passage can lower the response's likelihood), the (layer, head) features are many and
+strongly collinear for a few hundred contexts, and ridge's closed form fits in a second; a
+non-negative least squares would force every head to count positively. The gated estimator's band
+is then the smallest margin whose gate, replayed on the development split with its exact scores,
+agrees with `loo`'s `used` on at least `TARGET_AGREEMENT` of the passage decisions.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ascp.attribution.attention_map import AttentionMap, model_digest
+from ascp.attribution.attention_pooling import attention_pass
+from ascp.attribution.base import ProbeInput
+from ascp.attribution.gated import gate
+from ascp.attribution.loo import LeaveOneOut
+from ascp.errors import AscpError
+from ascp.reading import free_threshold, normalize, used_mask
+from ascp.types import Case, Passage
+
+if TYPE_CHECKING:
+    from ascp.lm.protocol import LanguageModel
+    from ascp.lm.sampling import SamplingConfig
+
+FIT_WIDTHS = (3, 5, 10, 24)
+TARGET_AGREEMENT = 0.99
+BAND_GRID = tuple(float(b) for b in np.round(np.arange(0.0, 1.0 + 1e-9, 0.0025), 4))
+
+
+@dataclass(frozen=True)
+class ReadContext:
+    """One context read both ways: features (k, layers, heads) and exact LOO (k,)."""
+
+    case_id: str
+    position: int
+    passage_ids: tuple[str, ...]
+    features: np.ndarray
+    loo: np.ndarray
+    response_tokens: int
+    prompt_tokens: int
+    attention_seconds: float
+    loo_seconds: float
+    attention_tokens: int
+    loo_tokens: int
+
+    @property
+    def k(self) -> int:
+        return len(self.passage_ids)
+
+
+def draw_contexts(cases: Sequence[tuple[int, Case]], seed: int,
+                  widths: Sequence[int] = FIT_WIDTHS) -> list[tuple[int, Case, tuple[Passage, ...]]]:
+    """Per (position, case): a width among `widths` that its pool allows and that many passages of
+    its pool in random order (reproducible from `seed` and the case id); cases whose pool is smaller
+    than every width are left out."""
+    from ascp.lm.sampling import derive_seed
+
+    out = []
+    for position, case in cases:
+        allowed = [w for w in widths if w <= len(case.pool)]
+        if not allowed:
+            continue
+        rng = np.random.default_rng(derive_seed(seed, f"fit-context:{case.id}"))
+        k = int(rng.choice(allowed))
+        picked = rng.choice(len(case.pool), size=k, replace=False)
+        out.append((position, case, tuple(case.pool[int(i)] for i in picked)))
+    return out
+
+
+def read_contexts(lm: LanguageModel, drawn: Sequence[tuple[int, Case, tuple[Passage, ...]]],
+                  sampling: SamplingConfig, seed: int, batch_size: int = 8,
+                  progress: Callable[[str], None] | None = None) -> tuple[list[ReadContext], dict[str, int]]:
+    """Sample each context's response, then read its attention features and exact LOO. Contexts
+    whose prompt and response do not fit the window, or whose response is empty, are left out
+    (counted in the second value)."""
+    from ascp.attribution.probe import sample_responses
+    from ascp.lm.sampling import derive_seed
+
+    skipped = {"too_long": 0, "empty_response": 0}
+    prompts, keep = [], []
+    for entry in drawn:
+        prompt = lm.encode_prompt(entry[1].question, entry[2])
+        try:
+            lm.check_fits(f"case {entry[1].id!r}", prompt.num_tokens, sampling.max_new_tokens)
+        except AscpError:
+            skipped["too_long"] += 1
+            continue
+        prompts.append(prompt)
+        keep.append(entry)
+    seeds = [derive_seed(seed, f"fit-response:{entry[1].id}") for entry in keep]
+    responses = sample_responses(lm, prompts, sampling, seeds, batch_size)
+    out = []
+    for (position, case, passages), prompt, (text, ids) in zip(keep, prompts, responses, strict=True):
+        if not ids:
+            skipped["empty_response"] += 1
+            continue
+        start = time.perf_counter()
+        read = attention_pass(lm, prompt, ids)
+        middle = time.perf_counter()
+        exact = LeaveOneOut().score(lm, ProbeInput(case.question, passages, prompt, text, ids))
+        end = time.perf_counter()
+        out.append(ReadContext(case.id, position, tuple(p.id for p in passages), read.features,
+                               np.asarray(exact.values, dtype=np.float64), len(ids), prompt.num_tokens,
+                               middle - start, end - middle, read.tokens_processed, exact.tokens_processed))
+        if progress is not None:
+            progress(f"{len(out)}/{len(keep)} contexts read (case {case.id}, k={len(passages)})")
+    return out, skipped
+
+
+def fit_weights(contexts: Sequence[ReadContext]) -> tuple[np.ndarray, float, float]:
+    """Ridge regression of exact LOO on the flattened features (standardised, alpha by 5-fold CV);
+    returns (weights of shape (layers, heads) on the raw features, intercept, alpha)."""
+    from sklearn.linear_model import RidgeCV
+
+    if not contexts:
+        raise AscpError("no context could be read for the fit; give more training positions.")
+    shape = contexts[0].features.shape[1:]
+    x = np.concatenate([c.features.reshape(c.k, -1) for c in contexts])
+    y = np.concatenate([c.loo for c in contexts])
+    mean, scale = x.mean(axis=0), x.std(axis=0)
+    scale[scale == 0] = 1.0
+    ridge = RidgeCV(alphas=np.logspace(-3, 4, 22), cv=min(5, len(y))).fit((x - mean) / scale, y)
+    weights = ridge.coef_ / scale
+    intercept = float(ridge.intercept_ - (mean / scale) @ ridge.coef_)
+    return weights.reshape(shape), intercept, float(ridge.alpha_)
+
+
+def gated_reading(fitted: AttentionMap, context: ReadContext, band: float) -> tuple[np.ndarray, np.ndarray]:
+    """The gate replayed on a read context (its exact scores stand in for the exact passes)."""
+    return gate(fitted.predict(context.features), free_threshold(context.k), band,
+                lambda indices: context.loo[indices])
+
+
+def agreement(fitted: AttentionMap, contexts: Sequence[ReadContext], band: float | None) -> tuple[float, float]:
+    """(share of passage decisions whose tau(k) `used` equals `loo`'s, share of passages verified
+    exactly) under the gate with `band` (None: the attention prediction alone)."""
+    same = verified = total = 0
+    for c in contexts:
+        cut = free_threshold(c.k)
+        if band is None:
+            raw, exact = fitted.predict(c.features), np.zeros(c.k, dtype=bool)
+        else:
+            raw, exact = gated_reading(fitted, c, band)
+        same += int((used_mask(normalize(raw), cut) == used_mask(normalize(c.loo), cut)).sum())
+        verified += int(exact.sum())
+        total += c.k
+    return same / max(total, 1), verified / max(total, 1)
+
+
+def size_band(fitted: AttentionMap, dev: Sequence[ReadContext], target: float = TARGET_AGREEMENT) -> float:
+    """The smallest band of `BAND_GRID` whose gate agrees with `loo` on >= `target` of the dev decisions."""
+    for band in BAND_GRID:
+        if agreement(fitted, dev, band)[0] >= target:
+            return band
+    return 1.0
+
+
+def spearman(fitted: AttentionMap | None, contexts: Sequence[ReadContext], band: float | None = None) -> float:
+    """Spearman correlation of the (gated, or attention-only) scores with exact LOO, pooled over passages."""
+    from scipy.stats import spearmanr
+
+    if fitted is None or not contexts:
+        return float("nan")
+    predicted = [gated_reading(fitted, c, band)[0] if band is not None else fitted.predict(c.features)
+                 for c in contexts]
+    rho = spearmanr(np.concatenate(predicted), np.concatenate([c.loo for c in contexts]))[0]
+    return float(rho)
+
+
+def describe_split(fitted: AttentionMap, contexts: Sequence[ReadContext], band: float) -> dict[str, Any]:
+    """What the fit file reports for a split."""
+    attention_agree, _ = agreement(fitted, contexts, None)
+    gated_agree, verified = agreement(fitted, contexts, band)
+    loo_tokens = sum(c.loo_tokens for c in contexts)
+    return {
+        "contexts": len(contexts), "passages": int(sum(c.k for c in contexts)),
+        "widths": sorted({c.k for c in contexts}),
+        "spearman_attention": round(spearman(fitted, contexts), 4),
+        "spearman_gated": round(spearman(fitted, contexts, band), 4),
+        "used_agreement_attention": round(attention_agree, 4),
+        "used_agreement_gated": round(gated_agree, 4),
+        "verified_share": round(verified, 4),
+        "attention_tokens_per_probe": round(sum(c.attention_tokens for c in contexts) / max(len(contexts), 1), 1),
+        "loo_tokens_per_probe": round(loo_tokens / max(len(contexts), 1), 1),
+    }
+
+
+def fit_map(lm: LanguageModel, train: Sequence[ReadContext], dev: Sequence[ReadContext],
+            provenance: dict[str, Any], target: float = TARGET_AGREEMENT) -> AttentionMap:
+    """Fit the weights on `train`, size the band on `dev`, and record both splits' quality."""
+    if not dev:
+        raise AscpError("no development context could be read, so the gated band cannot be sized; give more "
+                        "development positions.")
+    weights, intercept, alpha = fit_weights(train)
+    fingerprint = getattr(lm, "fingerprint", None) or ""
+    fitted = AttentionMap(weights, intercept, 1.0, str(getattr(lm, "name", "?")), fingerprint, model_digest(lm))
+    band = size_band(fitted, dev, target)
+    fit = {**provenance, "ridge_alpha": alpha, "target_agreement": target,
+           "train": describe_split(fitted, train, band), "dev": describe_split(fitted, dev, band)}
+    return fitted.with_band(band, fit)
+
+
+__all__ = ["BAND_GRID", "FIT_WIDTHS", "TARGET_AGREEMENT", "ReadContext", "agreement", "describe_split",
+           "draw_contexts", "fit_map", "fit_weights", "gated_reading", "read_contexts", "size_band", "spearman"]

@@ -1,0 +1,241 @@
+"""Attention mass from a response to each passage block, per (layer, head), in one forward pass.
+
+AT2's feature (MadryLab/AT2): for passage block d, layer l and head h, the softmax attention weight
+from the response rows to the block's tokens, averaged over the response rows and summed over the
+block's tokens. The response rows are the positions whose logits predict the response tokens (the
+last prompt token and every response token but the last): the very pass that teacher-forces the
+response under the full prompt, so the same pass yields the full prompt's per-token
+log-probabilities too.
+
+No T x T matrix is kept: a function registered with transformers' `AttentionInterface` computes
+each layer's real output with SDPA and, beside it, the softmax rows of the response queries only
+(R x T per head, R the response length), pooled into (heads, k) at once. It repeats grouped-query
+keys (`repeat_kv`), applies the layer's `scaling`, the causal rule and any mask the model passes,
+in float32. The first token's attention sink lies in the prompt's head segment, never in a block,
+so it is left in the softmax's denominator (as AT2 leaves it) and counted in no passage.
+
+Only in-process transformers models give a pass whose attention can be intercepted
+(`ATTENTION_BACKENDS`); llama.cpp and the served engines (vLLM, SGLang) expose neither hidden states
+nor attention, so the attention estimators refuse them with one sentence.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ascp.errors import AscpError
+from ascp.lm.encoded import EncodedPrompt
+from ascp.lm.protocol import tokens_fed
+
+if TYPE_CHECKING:
+    from ascp.lm.protocol import LanguageModel
+
+ATTENTION_BACKENDS = ("hf",)
+"""Backends whose forward pass the attention estimators can read (transformers in process)."""
+POOLED_ATTENTION = "ascp_pooled_sdpa"
+"""The name the pooling attention function is registered under in transformers' `AttentionInterface`."""
+_ROW_CHUNK = 256  # response rows whose softmax is held at once (R x T floats per head)
+
+
+@dataclass(frozen=True)
+class AttentionPass:
+    """What one pass over prompt + response gives.
+
+    features: shape (k, layers, heads), the pooled attention mass per passage block.
+    full_logprobs: shape (R,), log p(response token | full prompt, earlier response tokens).
+    tokens_processed: tokens fed (`tokens_fed`, less a prompt prefix taken from the prefix store).
+    """
+
+    features: np.ndarray
+    full_logprobs: np.ndarray
+    tokens_processed: int
+
+
+def check_attention_backend(lm: LanguageModel, estimator: str) -> None:
+    """One sentence when `lm` gives no forward pass the attention features can be read from."""
+    if _torch_model(lm) is None:
+        backend = getattr(lm, "backend", None) or "unknown"
+        raise AscpError(
+            f"estimator {estimator!r} reads attention inside the forward pass, which only the transformers backend "
+            f"(--backend hf) exposes; model {getattr(lm, 'name', '?')!r} runs on backend {backend!r} (llama.cpp and "
+            "served engines give no attention): use --backend hf or --estimator loo."
+        )
+
+
+def _torch_model(lm: Any) -> Any:
+    """The transformers model behind `lm` (unwrapping the request cache), or None."""
+    from ascp.lm.hf import HFLanguageModel
+
+    holder = lm
+    for _ in range(4):
+        if isinstance(holder, HFLanguageModel):
+            return holder
+        holder = vars(holder).get("lm") if hasattr(holder, "__dict__") else None
+    return None
+
+
+def passage_token_spans(lm: LanguageModel, prompt: EncodedPrompt) -> list[tuple[int, int]]:
+    """Token span [start, end) of each passage block in `prompt.ids`: the tokens whose first
+    character lies in the block's characters (a token straddling a boundary belongs to the block
+    where it starts). A block with no token of its own is one sentence."""
+    import bisect
+
+    holder = _torch_model(lm)
+    tokenizer = holder.tokenizer
+    enc = tokenizer(prompt.text, add_special_tokens=False, return_offsets_mapping=True)
+    if tuple(enc["input_ids"]) != tuple(prompt.ids):
+        raise AscpError(f"model {getattr(lm, 'name', '?')!r}: the prompt's ids are not tokenizer(text) of its text, "
+                        "so its passages cannot be located; encode the prompt with this model.")
+    starts = [int(a) for a, _ in enc["offset_mapping"]]
+    spans = []
+    for pid, (lo, hi) in prompt.passage_char_spans().items():
+        a, b = bisect.bisect_left(starts, lo), bisect.bisect_left(starts, hi)
+        if b <= a:
+            raise AscpError(f"passage {pid!r} has no token of its own in the prompt, so no attention can be read "
+                            "for it; give it some text.")
+        spans.append((a, b))
+    return spans
+
+
+class _Pooling:
+    """The per-call accumulator the registered attention function writes into."""
+
+    def __init__(self, layers: int, heads: int, blocks: np.ndarray, rows: int) -> None:
+        import torch
+
+        self.rows = rows
+        self.out = np.zeros((blocks.shape[1], layers, heads))
+        self.blocks = torch.from_numpy(blocks)  # (T, k) block indicator
+        self.seen: set[int] = set()
+
+    def pool(self, torch: Any, module: Any, query: Any, key: Any, attention_mask: Any, scaling: float | None) -> None:
+        from transformers.integrations.sdpa_attention import repeat_kv
+
+        layer = int(module.layer_idx)
+        q_len, kv_len = query.shape[2], key.shape[2]
+        groups = int(getattr(module, "num_key_value_groups", 1) or 1)
+        keys = repeat_kv(key, groups)[0].to(torch.float32)  # (H, T, D)
+        scale = float(scaling) if scaling is not None else query.shape[-1] ** -0.5
+        blocks = self.blocks.to(device=keys.device, dtype=torch.float32)[:kv_len]
+        total = torch.zeros(keys.shape[0], blocks.shape[1], dtype=torch.float32, device=keys.device)
+        first = q_len - self.rows
+        for lo in range(first, q_len, _ROW_CHUNK):
+            hi = min(q_len, lo + _ROW_CHUNK)
+            q = query[0, :, lo:hi].to(torch.float32)  # (H, r, D)
+            logits = torch.matmul(q, keys.transpose(1, 2)) * scale  # (H, r, T)
+            position = torch.arange(lo, hi, device=keys.device) + (kv_len - q_len)
+            allowed = torch.arange(kv_len, device=keys.device)[None, :] <= position[:, None]  # causal
+            if attention_mask is not None:
+                mask = attention_mask[0, :, lo:hi, :kv_len]
+                if mask.dtype == torch.bool:
+                    allowed = allowed & mask
+                else:
+                    logits = logits + mask.to(torch.float32)
+            logits = logits.masked_fill(~allowed, float("-inf"))
+            weights = torch.softmax(logits, dim=-1)
+            total += torch.matmul(weights, blocks).sum(dim=1)  # (H, k)
+        self.out[:, layer, :] = (total / self.rows).T.double().cpu().numpy()
+        self.seen.add(layer)
+
+
+_ACTIVE: contextvars.ContextVar[_Pooling | None] = contextvars.ContextVar("ascp_attention_pooling", default=None)
+
+
+def _pooled_sdpa(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, dropout: float = 0.0,
+                 scaling: float | None = None, **kwargs: Any) -> Any:
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    output = sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                    **kwargs)
+    pooling = _ACTIVE.get()
+    if pooling is not None:
+        pooling.pool(torch, module, query, key, attention_mask, scaling)
+    return output
+
+
+def _register() -> None:
+    # The mask too: transformers builds no mask at all for an attention name it has no mask
+    # function for, and SDPA's own causal flag is wrong for queries after a cached prefix.
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    if POOLED_ATTENTION not in AttentionInterface._global_mapping:
+        AttentionInterface.register(POOLED_ATTENTION, _pooled_sdpa)
+    if POOLED_ATTENTION not in AttentionMaskInterface._global_mapping:
+        AttentionMaskInterface.register(POOLED_ATTENTION, sdpa_mask)
+
+
+def _truncate(cache: Any, keep: int) -> None:
+    """Keep the keys and values of the first `keep` positions."""
+    extra = cache.get_seq_length() - keep
+    if extra > 0:
+        cache.crop(-extra)
+
+
+def attention_pass(lm: LanguageModel, prompt: EncodedPrompt, response: Sequence[int],
+                   estimator: str = "attention") -> AttentionPass:
+    """Pooled attention features and the full prompt's log-probabilities of `response`, one pass.
+
+    With the model's prefix store, a stored prompt side is reused (only the last prompt token and
+    the response are fed) and a new one is stored, so a later exact pass over the same prompt
+    (`Ablations`, the gated estimator) feeds only the response."""
+    import torch
+
+    check_attention_backend(lm, estimator)
+    if not response:
+        raise AscpError(f"estimator {estimator!r}: the response has no tokens, so there is no attention to read.")
+    holder = _torch_model(lm)
+    model = holder.model
+    spans = passage_token_spans(lm, prompt)
+    ids = list(prompt.ids)
+    sequence = [*ids, *response[:-1]]
+    blocks = np.zeros((len(sequence), len(spans)), dtype=np.float32)
+    for j, (a, b) in enumerate(spans):
+        blocks[a:b, j] = 1.0
+    config = model.config
+    layers = int(config.num_hidden_layers)
+    heads = int(config.num_attention_heads)
+    store = holder.prefixes if holder.supports_prefix_cache else None
+    keep, cache = 0, holder.new_cache()
+    if store is not None and len(ids) > 1:
+        entry = store.get(tuple(ids), saves=len(ids) - 1)
+        if entry is not None:
+            cache = holder.cache_from(entry)
+            keep = len(ids) - 1
+            _truncate(cache, keep)
+    pooling = _Pooling(layers, heads, blocks, len(response))
+    _register()
+    previous = config._attn_implementation
+    token = _ACTIVE.set(pooling)
+    try:
+        if previous != POOLED_ATTENTION:
+            model.set_attn_implementation(POOLED_ATTENTION)
+        input_ids = torch.tensor([sequence[keep:]], dtype=torch.long, device=holder.device)
+        with torch.inference_mode():
+            out = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=len(response))
+    finally:
+        _ACTIVE.reset(token)
+        if previous != POOLED_ATTENTION:
+            model.set_attn_implementation(previous)
+    if len(pooling.seen) != layers:
+        missing = layers - len(pooling.seen)
+        raise AscpError(f"model {getattr(lm, 'name', '?')!r}: {missing} of its {layers} layers do not "
+                        "run through transformers' attention interface, so their attention cannot be read; use "
+                        "--estimator loo.")
+    logprobs = torch.log_softmax(out.logits[0].to(torch.float64), dim=-1)
+    target = torch.tensor(list(response), dtype=torch.long, device=logprobs.device)
+    full = logprobs.gather(-1, target[:, None])[:, 0].cpu().numpy()
+    if store is not None and len(ids) > 1 and tuple(ids) not in store:
+        _truncate(cache, len(ids))
+        store.put(tuple(ids), holder.snapshot_cache(cache, len(ids)))
+    return AttentionPass(pooling.out, full, tokens_fed(len(ids), len(response)) - keep)
+
+
+__all__ = ["ATTENTION_BACKENDS", "POOLED_ATTENTION", "AttentionPass", "attention_pass", "check_attention_backend",
+           "passage_token_spans"]

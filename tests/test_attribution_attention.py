@@ -1,0 +1,295 @@
+"""The one-pass attention estimators: pooled features, the fitted map file, the gate, the fit verb."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from ascp.attribution import make_estimator
+from ascp.attribution.attention_fit import (
+    ReadContext,
+    agreement,
+    draw_contexts,
+    fit_weights,
+    gated_reading,
+    size_band,
+)
+from ascp.attribution.attention_map import FEATURE, SHIPPED, AttentionMap, load_map, map_for, model_digest
+from ascp.attribution.attention_pooling import attention_pass, check_attention_backend, passage_token_spans
+from ascp.attribution.base import ProbeInput
+from ascp.attribution.gated import GatedEstimator, GatedScores, gate
+from ascp.attribution.loo import LeaveOneOut
+from ascp.errors import AscpError
+from ascp.lm.tiny import tiny_language_model
+from ascp.reading import free_threshold, normalize, used_mask
+from ascp.types import Case, Passage
+
+TINY_MAP = SHIPPED / "tiny-random-0.json"
+
+
+@pytest.fixture(scope="module")
+def lm():
+    """The tiny random model (seed 0: the shipped test map's), without a prefix store."""
+    model = tiny_language_model(seed=0)
+    model.prefixes = None
+    return model
+
+
+def eager_reference(lm, item: ProbeInput) -> np.ndarray:
+    """AT2's feature by hand: eager attention weights kept whole, pooled per passage block."""
+    import torch
+
+    model = lm.model
+    previous = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        sequence = [*item.prompt.ids, *item.response_ids[:-1]]
+        with torch.no_grad():
+            out = model(input_ids=torch.tensor([sequence]), output_attentions=True)
+    finally:
+        model.set_attn_implementation(previous)
+    start, rows = item.prompt.num_tokens - 1, len(item.response_ids)
+    spans = passage_token_spans(lm, item.prompt)
+    ref = np.zeros((len(spans), len(out.attentions), out.attentions[0].shape[1]))
+    for layer, weights in enumerate(out.attentions):
+        w = weights[0, :, start:start + rows, :].double().numpy()  # (heads, response rows, T)
+        for j, (a, b) in enumerate(spans):
+            ref[j, layer] = w[:, :, a:b].sum(-1).mean(-1)
+    return ref
+
+
+def test_pooled_features_equal_the_eager_reference(lm, random_item):
+    """Grouped-query heads (4 query heads over 2 key/value heads), the causal mask and the scaling:
+    the inline pooling equals output_attentions=True with eager attention, pooled by hand."""
+    for k, seed in ((1, 3), (4, 5), (6, 8)):
+        item = random_item(lm, k, seed)
+        read = attention_pass(lm, item.prompt, item.response_ids)
+        assert read.features.shape == (k, 2, 4)
+        np.testing.assert_allclose(read.features, eager_reference(lm, item), atol=1e-5, rtol=0)
+        assert read.features.sum(axis=0).max() <= 1 + 1e-6  # blocks are disjoint parts of each softmax row
+        full = LeaveOneOut().score(lm, item).full_logprobs
+        np.testing.assert_allclose(read.full_logprobs, full, atol=1e-4)  # the same pass scores the response
+        assert read.tokens_processed == item.prompt.num_tokens + len(item.response_ids) - 1
+
+
+def test_pooling_on_a_stored_prompt_feeds_the_response_only(random_item):
+    """After a cached prefix the queries sit at offset positions: the mask must say so."""
+    from ascp.lm.prefixes import PrefixStore
+
+    model = tiny_language_model(seed=0)
+    model.prefixes = PrefixStore(max_bytes=50_000_000)
+    item = random_item(model, 3, 11)
+    first = attention_pass(model, item.prompt, item.response_ids)
+    again = attention_pass(model, item.prompt, item.response_ids)
+    assert again.tokens_processed == len(item.response_ids)  # the last prompt token and the response
+    np.testing.assert_allclose(again.features, eager_reference(model, item), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(again.full_logprobs, first.full_logprobs, atol=1e-4)
+
+
+def test_bad_input_is_one_sentence(lm, random_item):
+    item = random_item(lm, 2, 1)
+    with pytest.raises(AscpError, match="response has no tokens"):
+        attention_pass(lm, item.prompt, ())
+
+    class Served:  # a backend that gives no attention (llama.cpp, a served engine)
+        backend = "llamacpp"
+        name = "some.gguf"
+
+    with pytest.raises(AscpError, match=r"only the transformers backend \(--backend hf\)"):
+        check_attention_backend(Served(), "gated")
+    with pytest.raises(AscpError, match="transformers backend"):
+        make_estimator("attention").score(Served(), item)  # type: ignore[arg-type]
+
+
+# ----- the map file ---------------------------------------------------------------------------
+def small_map(lm, band: float = 0.05, **changes) -> AttentionMap:
+    rng = np.random.default_rng(0)
+    fields = {"weights": rng.normal(size=(2, 4)), "intercept": 0.01, "band": band, "model_name": "tiny",
+              "fingerprint": lm.fingerprint, "digest": model_digest(lm), "fit": {"train_positions": "0-9"}}
+    fields.update(changes)
+    return AttentionMap(**fields)
+
+
+def test_map_file_round_trip(lm, tmp_path):
+    fitted = small_map(lm)
+    path = fitted.save(tmp_path / "map.json")
+    back = load_map(path)
+    np.testing.assert_array_equal(back.weights, fitted.weights)
+    assert (back.intercept, back.band, back.fingerprint, back.digest) == (0.01, 0.05, lm.fingerprint, model_digest(lm))
+    assert back.fit == {"train_positions": "0-9"}
+    assert json.loads(path.read_text())["feature"] == FEATURE
+    features = np.random.default_rng(1).random((3, 2, 4))
+    np.testing.assert_allclose(back.predict(features), features.reshape(3, -1) @ fitted.weights.reshape(-1) + 0.01)
+    back.check_model(lm, "map.json")
+
+
+def test_map_of_another_model_is_refused(lm, tmp_path):
+    path = small_map(lm).save(tmp_path / "map.json")
+    other = tiny_language_model(seed=1)
+    with pytest.raises(AscpError, match=r"fitted on model 'tiny', not on 'tiny-random-1'"):
+        map_for(other, str(path), "attention")
+    # The fingerprint names files by path and time; the parameters' digest still recognises the model.
+    moved = small_map(lm, fingerprint="elsewhere").save(tmp_path / "moved.json")
+    assert map_for(lm, str(moved), "attention").fingerprint == "elsewhere"
+    with pytest.raises(AscpError, match="no attention map ships for model 'tiny-random-1'"):
+        map_for(other, None, "gated")
+
+
+def test_damaged_or_foreign_map_files_are_one_sentence(lm, tmp_path):
+    good = json.loads(small_map(lm).save(tmp_path / "map.json").read_text())
+    cases = {
+        "cut.json": ("{\"format\": ", "is damaged \\(not readable JSON"),
+        "edited.json": (json.dumps({**good, "band": 0.5}), "checksum does not match"),
+        "old.json": (json.dumps({**good, "version": 0}), "version 0 of feature"),
+        "other.json": (json.dumps({"format": "something"}), "is not an ascp attention map"),
+    }
+    for name, (content, message) in cases.items():
+        (tmp_path / name).write_text(content)
+        with pytest.raises(AscpError, match=message):
+            load_map(tmp_path / name)
+    with pytest.raises(AscpError, match="does not exist"):
+        load_map(tmp_path / "missing.json")
+    with pytest.raises(AscpError, match="2 x 4 .* weights but the model gives 3 x 4"):
+        small_map(lm).predict(np.zeros((2, 3, 4)))
+
+
+def test_the_shipped_test_map_is_the_tiny_models():
+    fitted = load_map(TINY_MAP)
+    assert fitted.weights.shape == (2, 4) and 0 <= fitted.band <= 1
+    assert fitted.fit["dev_positions"] and fitted.fit["train_positions"]
+
+
+# ----- the gate -------------------------------------------------------------------------------
+def test_gate_replaces_close_predictions_until_none_is_close():
+    predicted = np.array([0.30, 0.12, 0.08, 0.0])  # normalised 0.6, 0.24, 0.16, 0 against tau(4) = 0.231
+    truth = np.array([0.30, 0.20, 0.10, 0.05])
+    calls = []
+
+    def exact(indices):
+        calls.append(list(indices))
+        return truth[indices]
+
+    cut = free_threshold(4)
+    raw, verified = gate(predicted, cut, 0.05, exact)
+    assert calls and all(raw[i] == truth[i] for i in np.flatnonzero(verified))
+    assert not (np.abs(normalize(raw) - cut) <= 0.05)[~verified].any()  # nothing close is left unverified
+    everything, all_verified = gate(predicted, cut, 1.0, lambda idx: truth[idx])
+    np.testing.assert_array_equal(everything, truth)
+    assert all_verified.all()
+    untouched, none = gate(predicted, cut, 0.0, exact)
+    np.testing.assert_array_equal(untouched, predicted)
+    assert not none.any()
+
+
+def test_gated_equals_loo_on_every_verified_passage(lm, random_item, tmp_path):
+    path = str(small_map(lm).save(tmp_path / "map.json"))
+    loo = LeaveOneOut()
+    for k, seed in ((3, 21), (5, 22), (6, 23)):
+        item = random_item(lm, k, seed)
+        exact = np.asarray(loo.score(lm, item).values)
+        everything = GatedEstimator(weights=path, band=1.0).score(lm, item)
+        assert isinstance(everything, GatedScores) and everything.extra["verified"] == k
+        np.testing.assert_allclose(everything.values, exact, atol=1e-6)
+        cut = free_threshold(k)
+        np.testing.assert_array_equal(used_mask(normalize(everything.values), cut), used_mask(normalize(exact), cut))
+        narrow = GatedEstimator(weights=path, band=0.1).score(lm, item)
+        ids = [p.id for p in item.passages]
+        verified = [ids.index(pid) for pid in narrow.extra["verified_ids"]]
+        assert narrow.extra["verified"] == len(verified)
+        np.testing.assert_allclose(np.asarray(narrow.values)[verified], exact[verified], atol=1e-6)
+        assert narrow.tokens_processed == narrow.extra["attention_tokens"] + narrow.extra["exact_tokens"]
+        if not verified:
+            assert narrow.extra["exact_tokens"] == 0
+
+
+def test_gated_through_the_api_the_probe_and_the_cli(lm, tmp_path, cli, tiny_model_dir):
+    import ascp
+
+    passages = [Passage(id=f"d{i}", title="", text=f"the quick brown fox {i} jumps over the lazy dog")
+                for i in range(3)]
+    response = "the author was born in 1850."
+    loo = ascp.attribute("who wrote it?", passages, response, model=lm, estimator="loo")
+    gated = ascp.attribute("who wrote it?", passages, response, model=lm, estimator="gated", band=1.0)
+    assert gated.estimator == "gated" and gated.unit == "nats/token"
+    np.testing.assert_allclose(list(gated.scores.values()), list(loo.scores.values()), atol=1e-6)
+    assert gated.used == loo.used
+    probe = ascp.Probe(lm, "gated")  # the shipped map of the tiny test model and its band
+    assert set(probe.attribute("who wrote it?", passages, response).scores) == {"d0", "d1", "d2"}
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text(json.dumps({"id": "r1", "question": "who wrote it?", "response": response,
+                                    "passages": [{"id": p.id, "text": p.text} for p in passages]}) + "\n")
+    out = tmp_path / "out.jsonl"
+    result = cli("attribute", "--input", requests, "--out", out, "--model", tiny_model_dir, "--backend", "hf",
+                 "--estimator", "gated")
+    assert result.exit_code == 0, result.output
+    record = json.loads(out.read_text())
+    assert record["estimator"] == "gated" and set(record["scores"]) == {"d0", "d1", "d2"}
+
+
+# ----- fitting --------------------------------------------------------------------------------
+def synthetic_contexts(n: int, seed: int, noise: float = 0.0) -> tuple[list[ReadContext], np.ndarray]:
+    rng = np.random.default_rng(seed)
+    weights = rng.normal(size=(2, 3))
+    out = []
+    for i in range(n):
+        k = int(rng.choice([3, 5]))
+        features = rng.random((k, 2, 3)) / k
+        loo = features.reshape(k, -1) @ weights.reshape(-1) + 0.02 + noise * rng.normal(size=k)
+        out.append(ReadContext(f"c{i}", i, tuple(f"p{j}" for j in range(k)), features, loo, 5, 50, 0.1, 0.5,
+                               54, 300))
+    return out, weights
+
+
+def test_fit_recovers_a_linear_map_and_the_band_reaches_its_target(lm):
+    train, weights = synthetic_contexts(80, 0)
+    fitted_weights, intercept, _ = fit_weights(train)
+    np.testing.assert_allclose(fitted_weights, weights, atol=0.05)
+    assert abs(intercept - 0.02) < 0.02
+    noisy, _ = synthetic_contexts(40, 1, noise=0.05)
+    fitted = small_map(lm, band=1.0, weights=fitted_weights, intercept=intercept)
+    band = size_band(fitted, noisy, 0.99)
+    reached, verified = agreement(fitted, noisy, band)
+    assert reached >= 0.99 and 0 < verified <= 1
+    if band > 0:
+        assert agreement(fitted, noisy, band - 0.0025)[0] < 0.99  # the smallest band of the grid
+    for c in noisy:  # the replayed gate reads exact scores wherever it verifies
+        raw, verified_mask = gated_reading(fitted, c, band)
+        np.testing.assert_array_equal(raw[verified_mask], c.loo[verified_mask])
+
+
+def test_contexts_are_drawn_from_widths_the_pool_allows():
+    pool = tuple(Passage(id=f"p{j}", title="", text="text") for j in range(10))
+    cases = [(i, Case(id=f"c{i}", question="q?", pool=pool[: 2 + i], units=())) for i in range(8)]
+    drawn = draw_contexts(cases, 0, (3, 5, 10, 24))
+    assert [position for position, _, _ in drawn] == [1, 2, 3, 4, 5, 6, 7]  # pool of 2 allows no width
+    for _, case, passages in drawn:
+        assert len(passages) in (3, 5, 10) and len(passages) <= len(case.pool)
+        assert len({p.id for p in passages}) == len(passages)
+    assert draw_contexts(cases, 0, (3, 5, 10, 24)) == drawn  # reproducible
+
+
+def test_fit_probe_writes_a_map_keyed_by_the_model(cli, tiny_model_dir, tmp_path):
+    rng = np.random.default_rng(0)
+    words = ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "author", "born", "in", "1850"]
+    data = tmp_path / "cases.jsonl"
+    with data.open("w") as handle:
+        for i in range(14):
+            pool = [{"id": f"p{i}-{j}", "text": " ".join(rng.choice(words, size=8))} for j in range(5)]
+            handle.write(json.dumps({"id": f"q{i}", "question": "who wrote it?", "answers": ["1850"],
+                                     "pool": pool}) + "\n")
+    out = tmp_path / "fit.json"
+    result = cli("fit-probe", "--data", data, "--out", out, "--model", tiny_model_dir, "--train-positions", "0-9",
+                 "--dev-positions", "10-13", "--widths", "3,5", "--max-new-tokens", "6")
+    assert result.exit_code == 0, result.output
+    fitted = load_map(out)
+    assert fitted.fit["train_positions"] == "0-9" and fitted.fit["dev_positions"] == "10-13"
+    assert set(fitted.fit["positions_used"]["dev"]) <= {10, 11, 12, 13}
+    assert "spearman_attention" in fitted.fit["dev"] and 0 <= fitted.band <= 1
+    from ascp.api import load_model
+
+    fitted.check_model(load_model(str(tiny_model_dir), backend="hf"), str(out))
+    overlap = cli("fit-probe", "--data", data, "--out", out, "--model", tiny_model_dir, "--train-positions", "0-9",
+                  "--dev-positions", "5-13")
+    assert overlap.exit_code == 2 and "overlap" in overlap.output
