@@ -211,3 +211,15 @@ def test_report_without_the_frozen_store_has_table_11_only(tmp_path):
     out = write_store(tmp_path / "run", frame_records({"ascp(k=5,T=5)": 0.1, "vanilla(k=5,T=5)": 0.0}, n=4))
     report = write_report(out, n_boot=200)
     assert "table11_ascp_k5_T5" in report.tables and "table10_ascp_k5_T5" not in report.tables
+
+
+@pytest.mark.skipif(not (ASQA_ROOT / "hotpotqa" / "hotpotqa_dev_distractor_ircot.jsonl").is_file(),
+                    reason="the shared ASQA and HotpotQA files (../shared/data) are absent")
+def test_gpu_preset_is_the_same_frame_through_vllm():
+    small, _ = load_preset("heldout-small", ASQA_ROOT)
+    gpu, development = load_preset("heldout-gpu", ASQA_ROOT)
+    assert development is None  # an engine decodes no lockstep streams: Table 10 runs in transformers
+    assert gpu.tasks == small.tasks and gpu.seeds == small.seeds and gpu.conditions == small.conditions
+    assert [s.__dict__[k] for s in (gpu.settings, small.settings) for k in ("temperature", "top_p", "top_k")] == \
+        [0.7, 1.0, 0] * 2
+    assert gpu.models[0].source.startswith("vllm:http://127.0.0.1:8000")

@@ -58,6 +58,7 @@ _SCHEDULER_ONLY = (  # Table 11: Ascp without steering against each baseline the
           "10.55 vs 25.00 (Sec. 8.4)", -1),
 )
 PRESET_CLAIMS["heldout-small"] = _SCHEDULER_ONLY
+PRESET_CLAIMS["heldout-gpu"] = _SCHEDULER_ONLY  # Table 11 through vLLM (an engine cannot steer: no Table 10)
 PRESETS = tuple(PRESET_CLAIMS)
 
 
