@@ -223,3 +223,27 @@ def test_gpu_preset_is_the_same_frame_through_vllm():
     assert [s.__dict__[k] for s in (gpu.settings, small.settings) for k in ("temperature", "top_p", "top_k")] == \
         [0.7, 1.0, 0] * 2
     assert gpu.models[0].source.startswith("vllm:http://127.0.0.1:8000")
+
+
+@pytest.mark.skipif(not (ASQA_ROOT / "hotpotqa" / "hotpotqa_dev_distractor_ircot.jsonl").is_file(),
+                    reason="the shared ASQA and HotpotQA files (../shared/data) are absent")
+def test_reproduce_checks_the_executor_before_any_work(tmp_path):
+    from conftest import invoke_cli
+
+    result = invoke_cli(["reproduce", "--preset", "heldout-small", "--out", str(tmp_path / "o"), "--data-root",
+                         str(ASQA_ROOT), "--executor", "slurm"])
+    assert result.exit_code == 2 and "unknown executor 'slurm'; choose one of local, ray." in result.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_report_command_with_the_preset_joins_the_frozen_store(tmp_path):
+    from conftest import invoke_cli
+
+    steered = Condition.parse("ascp(k=5,T=5,steer=0.25,eta=0.1)").name
+    out = write_store(tmp_path / "run", frame_records({"ascp(k=5,T=5)": 0.1, "vanilla(k=5,T=5)": 0.0}, n=4))
+    write_store(out / TABLE10, frame_records({steered: 0.1}, n=4))
+    (out / DECODER).write_text(json.dumps({"chosen": 0.25, "eta": 0.1, "condition": steered}), encoding="utf-8")
+    result = invoke_cli(["report", str(out), "--preset", "heldout-small", "--n-boot", "200"])
+    assert result.exit_code == 0, result.output
+    assert "table10_ascp_k5_T5" in result.output and "table11_ascp_k5_T5" in result.output
+    assert "alpha = 0.25" in (out / "report" / "report.md").read_text(encoding="utf-8")
