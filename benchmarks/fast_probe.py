@@ -1,0 +1,215 @@
+"""The probe at one pass, side by side: exact `loo` against `gated`, `attention`, `hierarchical`, `contextcite`.
+
+Contexts come from ASQA positions 0-122 of `../shared/data/asqa/asqa_wikidpr_pools.json` (pools the
+attention map's fit never saw: it was fitted on HotpotQA 0-199 and sized on HotpotQA 200-249; not
+the held-out frame's positions either). Per width k, the next items in file order whose pool
+holds k passages get k passages drawn from the pool in random order (seeded), and the embedded
+model's own sampled response (temperature 0.7, 48 new tokens at most). Every estimator then
+probes the same (prompt, response) on the transformers backend, with the prefix store emptied
+before each estimator (each pays its own prompt; none reuses another's passes).
+
+Per estimator and k: agreement of the tau(k) `used` decision with exact `loo` (share of passage
+decisions, and share of contexts whose whole used set is `loo`'s), Spearman correlation of the
+scores with `loo`'s (mean over contexts), and wall seconds and tokens fed per probe. The
+proxy-model LOO row (AttriBoT: the embedded model as proxy for the Qwen GGUF of `make qwen`) runs
+only where that GGUF exists under models/.
+
+    python benchmarks/fast_probe.py --out docs/results/fast-probe [--ks 3,5,10,24] [--contexts 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_POOLS = ROOT.parent / "shared" / "data" / "asqa" / "asqa_wikidpr_pools.json"
+POSITIONS = (0, 122)
+ESTIMATORS: dict[str, dict[str, Any]] = {
+    "loo": {}, "gated": {}, "attention": {}, "hierarchical": {}, "contextcite": {"num_ablations": 32},
+}
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="folder for results.json, table.md, cost.png")
+    parser.add_argument("--ks", default="3,5,10,24", help="context widths (default 3,5,10,24)")
+    parser.add_argument("--contexts", type=int, default=3, help="contexts per width (default 3)")
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--pools", type=Path, default=DEFAULT_POOLS)
+    parser.add_argument("--weights", default=None, help="attention map file (default: the shipped one)")
+    parser.add_argument("--model", default="default", help="model spec (default: the embedded model)")
+    return parser.parse_args(argv)
+
+
+def draw(cases: Sequence[Any], ks: Sequence[int], per_k: int, seed: int) -> list[tuple[int, int, Any, tuple]]:
+    """(k, position, case, passages): each item used once, the next eligible one in file order per k."""
+    from ascp.attribution.attention_fit import draw_contexts
+
+    out, used = [], set()
+    for k in ks:
+        taken = 0
+        for position, case in enumerate(cases, start=POSITIONS[0]):
+            if taken == per_k:
+                break
+            if position in used or len(case.pool) < k:
+                continue
+            (_, _, passages), = draw_contexts([(position, case)], seed, (k,))
+            out.append((k, position, case, passages))
+            used.add(position)
+            taken += 1
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from scipy.stats import spearmanr
+
+    from ascp.api import load_model
+    from ascp.attribution import make_estimator
+    from ascp.attribution.base import ProbeInput
+    from ascp.attribution.probe import sample_responses
+    from ascp.data import load_cases_with_order
+    from ascp.lm.prefixes import fresh_prefixes
+    from ascp.lm.sampling import SamplingConfig, derive_seed
+    from ascp.reading import free_threshold, normalize, used_mask
+
+    args = parse_args(argv)
+    ks = [int(k) for k in args.ks.split(",")]
+    args.out.mkdir(parents=True, exist_ok=True)
+    cases, _ = load_cases_with_order(args.pools, format="asqa", rank_by="given", positions=POSITIONS)
+    drawn = draw(cases, ks, args.contexts, args.seed)
+    lm = load_model(args.model, backend="hf")
+    estimators = dict(ESTIMATORS)
+    if args.weights:
+        estimators["gated"] = {"weights": args.weights}
+        estimators["attention"] = {"weights": args.weights}
+    qwen = sorted((ROOT / "models").glob("*qwen*.gguf")) if (ROOT / "models").is_dir() else []
+    sampling = SamplingConfig(max_new_tokens=args.max_new_tokens)
+    prompts = [lm.encode_prompt(case.question, passages) for _, _, case, passages in drawn]
+    fits = []
+    for prompt in prompts:
+        try:
+            lm.check_fits("context", prompt.num_tokens, args.max_new_tokens)
+            fits.append(True)
+        except Exception:  # noqa: BLE001  (a k = 24 prompt past the window is left out, and counted)
+            fits.append(False)
+    drawn = [d for d, ok in zip(drawn, fits, strict=True) if ok]
+    prompts = [p for p, ok in zip(prompts, fits, strict=True) if ok]
+    seeds = [derive_seed(args.seed, f"fast-probe:{case.id}") for _, _, case, _ in drawn]
+    start = time.perf_counter()
+    responses = sample_responses(lm, prompts, sampling, seeds, batch_size=8)
+    generation_seconds = time.perf_counter() - start
+    rows = []
+    for (k, position, case, passages), prompt, (text, ids) in zip(drawn, prompts, responses, strict=True):
+        if not ids:
+            continue
+        item = ProbeInput(case.question, passages, prompt, text, ids)
+        record: dict[str, Any] = {"k": k, "position": position, "case": case.id, "prompt_tokens": prompt.num_tokens,
+                                  "response_tokens": len(ids), "estimators": {}}
+        for name, options in estimators.items():
+            estimator = make_estimator(name, **options)
+            fresh_prefixes(lm)
+            began = time.perf_counter()
+            scored = estimator.score(lm, item)
+            seconds = time.perf_counter() - began
+            record["estimators"][name] = {"scores": [float(v) for v in scored.values], "seconds": seconds,
+                                          "tokens": int(scored.tokens_processed),
+                                          "extra": dict(getattr(scored, "extra", {}) or {})}
+        rows.append(record)
+        print(f"k={k} position {position}: " + ", ".join(
+            f"{n} {r['seconds']:.1f}s" for n, r in record["estimators"].items()), flush=True)
+    summary = []
+    for k in ks:
+        at_k = [r for r in rows if r["k"] == k]
+        if not at_k:
+            continue
+        cut = free_threshold(k)
+        for name in estimators:
+            same = whole = 0
+            rhos, seconds, tokens, verified = [], [], [], []
+            for r in at_k:
+                exact = np.array(r["estimators"]["loo"]["scores"])
+                mine = np.array(r["estimators"][name]["scores"])
+                a, b = used_mask(normalize(mine), cut), used_mask(normalize(exact), cut)
+                same += int((a == b).sum())
+                whole += int((a == b).all())
+                rhos.append(float(spearmanr(mine, exact)[0]) if k > 2 and np.ptp(mine) > 0 else float("nan"))
+                seconds.append(r["estimators"][name]["seconds"])
+                tokens.append(r["estimators"][name]["tokens"])
+                verified.append(r["estimators"][name]["extra"].get("verified", np.nan))
+            loo_seconds = float(np.mean([r["estimators"]["loo"]["seconds"] for r in at_k]))
+            summary.append({
+                "k": k, "estimator": name, "contexts": len(at_k), "passages": k * len(at_k),
+                "used_agreement": same / (k * len(at_k)), "used_set_equal": whole / len(at_k),
+                "spearman": float(np.nanmean(rhos)) if not np.all(np.isnan(rhos)) else float("nan"),
+                "seconds": float(np.mean(seconds)), "time_vs_loo": float(np.mean(seconds)) / loo_seconds,
+                "tokens": float(np.mean(tokens)), "verified": float(np.nanmean(verified)) if name == "gated" else None,
+            })
+    machine = subprocess.run(["bash", "-c", "lscpu | head -n 15"], capture_output=True, text=True).stdout
+    load = os.getloadavg()
+    result = {"positions": f"{POSITIONS[0]}-{POSITIONS[1]}", "pools": str(args.pools), "ks": ks,
+              "contexts_per_k": args.contexts, "left_out_past_window": int(len(fits) - sum(fits)),
+              "seed": args.seed, "max_new_tokens": args.max_new_tokens, "generation_seconds": generation_seconds,
+              "estimator_options": estimators, "qwen_gguf": [str(p) for p in qwen],
+              "python": platform.python_version(), "machine": machine, "load_average_at_end": load,
+              "summary": summary, "rows": rows}
+    (args.out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
+    lines = ["| k | estimator | contexts | used agreement | used set equal | Spearman | s/probe | x loo time | "
+             "tokens/probe | verified/probe |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for s in summary:
+        verified = "" if s["verified"] is None else f"{s['verified']:.1f}"
+        lines.append(f"| {s['k']} | {s['estimator']} | {s['contexts']} | {s['used_agreement']:.3f} | "
+                     f"{s['used_set_equal']:.2f} | {s['spearman']:.3f} | {s['seconds']:.1f} | {s['time_vs_loo']:.2f} | "
+                     f"{s['tokens']:.0f} | {verified} |")
+    (args.out / "table.md").write_text("\n".join(lines) + "\n")
+    plot(summary, args.out / "cost.png")
+    print("\n".join(lines))
+    print(f"load average at the end: {load}")
+    return 0
+
+
+def plot(summary: Sequence[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    markers = {3: "o", 5: "s", 10: "^", 24: "D"}
+    colors = {"loo": "black", "gated": "tab:red", "attention": "tab:orange", "hierarchical": "tab:blue",
+              "contextcite": "tab:green", "proxy-loo": "tab:purple"}
+    for s in summary:
+        ax.scatter(s["time_vs_loo"], s["used_agreement"], marker=markers.get(s["k"], "x"),
+                   color=colors.get(s["estimator"], "gray"), s=50)
+    for name, color in colors.items():
+        if any(s["estimator"] == name for s in summary):
+            ax.scatter([], [], color=color, label=name)
+    for k, marker in markers.items():
+        if any(s["k"] == k for s in summary):
+            ax.scatter([], [], color="gray", marker=marker, label=f"k = {k}")
+    ax.set_xscale("log")
+    ax.set_xlabel("probe time relative to exact loo (log scale)")
+    ax.set_ylabel("agreement of used with exact loo (passage decisions)")
+    ax.set_title("Cost against agreement, ASQA positions 0-122, embedded SmolLM2-135M")
+    ax.legend(fontsize=8, loc="lower right", ncol=2)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
