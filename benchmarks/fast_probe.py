@@ -129,6 +129,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             record["estimators"][name] = {"scores": [float(v) for v in scored.values], "seconds": seconds,
                                           "tokens": int(scored.tokens_processed),
                                           "extra": dict(getattr(scored, "extra", {}) or {})}
+        if k == max(ks):  # memory of the pooling, untimed: its largest working set against eager's weights
+            from ascp.attribution.attention_pooling import attention_pass
+
+            fresh_prefixes(lm)
+            read = attention_pass(lm, prompt, ids)
+            config = lm.model.config
+            total = prompt.num_tokens + len(ids) - 1
+            record["pooling_bytes"] = read.pooling_bytes
+            record["eager_weights_bytes"] = 4 * config.num_hidden_layers * config.num_attention_heads * total * total
         rows.append(record)
         print(f"k={k} position {position}: " + ", ".join(
             f"{n} {r['seconds']:.1f}s" for n, r in record["estimators"].items()), flush=True)
@@ -159,6 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "seconds": float(np.mean(seconds)), "time_vs_loo": float(np.mean(seconds)) / loo_seconds,
                 "tokens": float(np.mean(tokens)), "verified": float(np.nanmean(verified)) if name == "gated" else None,
             })
+    memory = [(r["prompt_tokens"], r["pooling_bytes"], r["eager_weights_bytes"]) for r in rows if "pooling_bytes" in r]
     machine = subprocess.run(["bash", "-c", "lscpu | head -n 15"], capture_output=True, text=True).stdout
     load = os.getloadavg()
     result = {"positions": f"{POSITIONS[0]}-{POSITIONS[1]}", "pools": str(args.pools), "ks": ks,
@@ -166,6 +176,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               "seed": args.seed, "max_new_tokens": args.max_new_tokens, "generation_seconds": generation_seconds,
               "estimator_options": estimators, "qwen_gguf": [str(p) for p in qwen],
               "python": platform.python_version(), "machine": machine, "load_average_at_end": load,
+              "memory_at_largest_k": [{"prompt_tokens": t, "pooling_bytes": p, "eager_weights_bytes": e}
+                                      for t, p, e in memory],
               "summary": summary, "rows": rows}
     (args.out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
     lines = ["| k | estimator | contexts | used agreement | used set equal | Spearman | s/probe | x loo time | "
@@ -178,6 +190,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     (args.out / "table.md").write_text("\n".join(lines) + "\n")
     plot(summary, args.out / "cost.png")
     print("\n".join(lines))
+    for t, p, e in memory:
+        print(f"k={max(ks)} prompt of {t} tokens: pooling working set {p / 2**20:.1f} MiB; eager attention weights "
+              f"{e / 2**30:.1f} GiB")
     print(f"load average at the end: {load}")
     return 0
 
@@ -188,7 +203,7 @@ def plot(summary: Sequence[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(8.5, 4.5))
     markers = {3: "o", 5: "s", 10: "^", 24: "D"}
     colors = {"loo": "black", "gated": "tab:red", "attention": "tab:orange", "hierarchical": "tab:blue",
               "contextcite": "tab:green", "proxy-loo": "tab:purple"}
@@ -205,7 +220,7 @@ def plot(summary: Sequence[dict[str, Any]], path: Path) -> None:
     ax.set_xlabel("probe time relative to exact loo (log scale)")
     ax.set_ylabel("agreement of used with exact loo (passage decisions)")
     ax.set_title("Cost against agreement, ASQA positions 0-122, embedded SmolLM2-135M")
-    ax.legend(fontsize=8, loc="lower right", ncol=2)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

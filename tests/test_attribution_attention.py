@@ -93,6 +93,11 @@ def test_bad_input_is_one_sentence(lm, random_item):
     with pytest.raises(AscpError, match="response has no tokens"):
         attention_pass(lm, item.prompt, ())
 
+    small = tiny_language_model(seed=0, context_window=64)
+    long_item = random_item(small, 6, 2)
+    with pytest.raises(AscpError, match="window"):
+        attention_pass(small, long_item.prompt, long_item.response_ids)
+
     class Served:  # a backend that gives no attention (llama.cpp, a served engine)
         backend = "llamacpp"
         name = "some.gguf"
@@ -293,3 +298,29 @@ def test_fit_probe_writes_a_map_keyed_by_the_model(cli, tiny_model_dir, tmp_path
     overlap = cli("fit-probe", "--data", data, "--out", out, "--model", tiny_model_dir, "--train-positions", "0-9",
                   "--dev-positions", "5-13")
     assert overlap.exit_code == 2 and "overlap" in overlap.output
+
+
+def test_gated_in_a_run_and_an_experiment(cli, tiny_model_dir, tmp_path):
+    import yaml
+
+    from ascp.experiments.run import run_experiment
+
+    data = tmp_path / "cases.jsonl"
+    data.write_text("".join(json.dumps({
+        "id": f"c{i}", "question": f"when was author {i} born?", "answers": [["1850"]],
+        "pool": [{"id": f"d{j}", "title": "T", "text": f"born in {1850 + j} near the river"} for j in range(4)],
+    }) + "\n" for i in range(2)))
+    out = tmp_path / "run"
+    result = cli("run", "--data", data, "--policy", "vanilla", "--k", "2", "--T", "1", "--out", out,
+                 "--model", tiny_model_dir, "--backend", "hf", "--max-new-tokens", "3", "--estimator", "gated")
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "summary.json").read_text())["config"]["estimator"] == "gated"
+    spec = {"name": "gated-grid", "tasks": [{"name": "toy", "data": str(data), "format": "jsonl"}],
+            "models": [str(tiny_model_dir)], "backend": "hf", "seeds": [0], "embedder": "hashing",
+            "grid": {"policy": ["vanilla"], "k": [2], "T": [1], "estimator": ["gated"]},
+            "sampling": {"max_new_tokens": 3}}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    store = run_experiment(tmp_path / "spec.yaml", tmp_path / "store")
+    assert store.done == 2
+    units = [json.loads(line) for line in (tmp_path / "store" / "units.jsonl").read_text().splitlines()]
+    assert len(units) == 2 and all("gated" in json.dumps(unit["condition"]) for unit in units)

@@ -49,11 +49,15 @@ class AttentionPass:
     features: shape (k, layers, heads), the pooled attention mass per passage block.
     full_logprobs: shape (R,), log p(response token | full prompt, earlier response tokens).
     tokens_processed: tokens fed (`tokens_fed`, less a prompt prefix taken from the prefix store).
+    pooling_bytes: the largest working set the pooling held at once (one layer's response-row
+        logits and weights in float32 and their boolean mask), next to eager attention's
+        layers x heads x T x T weights.
     """
 
     features: np.ndarray
     full_logprobs: np.ndarray
     tokens_processed: int
+    pooling_bytes: int = 0
 
 
 def check_attention_backend(lm: LanguageModel, estimator: str) -> None:
@@ -112,6 +116,7 @@ class _Pooling:
         self.out = np.zeros((blocks.shape[1], layers, heads))
         self.blocks = torch.from_numpy(blocks)  # (T, k) block indicator
         self.seen: set[int] = set()
+        self.peak_bytes = 0
 
     def pool(self, torch: Any, module: Any, query: Any, key: Any, attention_mask: Any, scaling: float | None) -> None:
         from transformers.integrations.sdpa_attention import repeat_kv
@@ -138,6 +143,7 @@ class _Pooling:
                     logits = logits + mask.to(torch.float32)
             logits = logits.masked_fill(~allowed, float("-inf"))
             weights = torch.softmax(logits, dim=-1)
+            self.peak_bytes = max(self.peak_bytes, 2 * weights.nbytes + allowed.nbytes)
             total += torch.matmul(weights, blocks).sum(dim=1)  # (H, k)
         self.out[:, layer, :] = (total / self.rows).T.double().cpu().numpy()
         self.seen.add(layer)
@@ -191,6 +197,7 @@ def attention_pass(lm: LanguageModel, prompt: EncodedPrompt, response: Sequence[
     if not response:
         raise AscpError(f"estimator {estimator!r}: the response has no tokens, so there is no attention to read.")
     holder = _torch_model(lm)
+    holder.check_fits(f"estimator {estimator!r}", prompt.num_tokens, len(response))
     model = holder.model
     spans = passage_token_spans(lm, prompt)
     ids = list(prompt.ids)
@@ -234,7 +241,7 @@ def attention_pass(lm: LanguageModel, prompt: EncodedPrompt, response: Sequence[
     if store is not None and len(ids) > 1 and tuple(ids) not in store:
         _truncate(cache, len(ids))
         store.put(tuple(ids), holder.snapshot_cache(cache, len(ids)))
-    return AttentionPass(pooling.out, full, tokens_fed(len(ids), len(response)) - keep)
+    return AttentionPass(pooling.out, full, tokens_fed(len(ids), len(response)) - keep, pooling.peak_bytes)
 
 
 __all__ = ["ATTENTION_BACKENDS", "POOLED_ATTENTION", "AttentionPass", "attention_pass", "check_attention_backend",
