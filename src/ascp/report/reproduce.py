@@ -4,6 +4,10 @@ paper's signs checked (`ascp.report.claims`).
 Presets live in `ascp/resources/presets/<name>.yaml`; `{data_root}` in a preset is replaced by the
 data folder (`--data-root`, else `$ASCP_DATA`, else `../shared/data`). The run store is the output
 folder itself, so rerunning the same command resumes a killed run; the report goes to `OUT/report`.
+
+A preset may hold a `development` section (not a spec field): the candidates of Table 10's steered
+decoder, run on development positions disjoint from the test frame's, compared once by the
+one-standard-error rule, and the choice frozen for the test positions (`reproduce`, docs/reports.md).
 """
 
 from __future__ import annotations
