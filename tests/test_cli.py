@@ -18,7 +18,7 @@ from ascp.types import Passage
 
 OUTPUT_KEYS = {
     "id", "estimator", "response", "response_tokens", "scores", "normalized", "used", "prompt",
-    "passage_spans", "seconds",
+    "passage_spans", "seconds", "unit",
 }
 
 PASSAGES = [
