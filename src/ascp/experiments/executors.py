@@ -2,8 +2,9 @@
 
 `local`: one process; each model is loaded once and its chunks run in order, each chunk batched
 across its cases by the loop. `ray`: actors that each load their model once and run chunks sent
-to them; the driver writes the records as they come back. Both run `execute.run_chunk` on the
-same chunks, so (same spec, same seeds, same intra-op thread count) they write the same records.
+to them; the driver writes the records as they come back, and a worker whose process dies is
+restarted with its chunk retried (`run_ray`). Both run `execute.run_chunk` on the same chunks, so
+(same spec, same seeds, same intra-op thread count) they write the same records.
 """
 
 from __future__ import annotations
