@@ -64,6 +64,15 @@ def test_positions_select_by_file_order_then_filter(tmp_path, monkeypatch):
     assert "positions" not in make_plan(parse_spec(spec_with(tmp_path))).manifest()["tasks"][0]
 
 
+def test_chunks_run_every_condition_of_a_block_before_the_next_block(tmp_path, monkeypatch):
+    monkeypatch.setattr("ascp.lm.resolve.embedded_gguf", lambda: "x.gguf")
+    raw = spec_with(tmp_path, positions="0-6", min_pool=4)  # p0, p2, p3, p4, p6
+    raw.update(conditions=["rotate(k=2,T=2)", "vanilla(k=2,T=2)"], batch_cases=2)
+    order = [(chunk.condition.policy, [c.id for c in chunk.cases]) for chunk in make_plan(parse_spec(raw)).chunks()]
+    assert order == [("rotate", ["p0", "p2"]), ("vanilla", ["p0", "p2"]), ("rotate", ["p3", "p4"]),
+                     ("vanilla", ["p3", "p4"]), ("rotate", ["p6"]), ("vanilla", ["p6"])]
+
+
 @pytest.mark.parametrize("value", ["5-1", "a-b", "1-", -1, [1, 2]])
 def test_bad_positions_are_one_sentence_naming_the_field(tmp_path, value):
     with pytest.raises(AscpError, match=r"^spec field tasks\[0\]\.positions: expected FIRST-LAST"):
