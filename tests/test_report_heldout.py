@@ -256,3 +256,33 @@ def test_report_command_with_the_preset_joins_the_frozen_store(tmp_path):
     assert result.exit_code == 0, result.output
     assert "table10_ascp_k5_T5" in result.output and "table11_ascp_k5_T5" in result.output
     assert "alpha = 0.25" in (out / "report" / "report.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_the_frame_runs_development_choice_and_frozen_test_on_the_tiny_model(tmp_path, tiny_model_dir):
+    """Test positions 0-3, development 4-7 of one file; the decoder is chosen on 4-7 and frozen on 0-3."""
+    from ascp.report.reproduce import run_frame
+
+    data = cases_file(tmp_path / "data", [6] * 8)
+    spec = parse_spec({"name": "frame", "tasks": [{"name": "toy", "data": str(data), "format": "jsonl",
+                                                   "rank_by": "given", "positions": "0-3"}],
+                       "models": [str(tiny_model_dir)], "seeds": [0], "conditions": ["ascp(k=2,T=2)",
+                                                                                     "vanilla(k=2,T=2)"],
+                       "sampling": {"max_new_tokens": 4}, "embedder": "hashing", "batch_cases": 2})
+    development = Development({"toy": "4-7"}, (0.5, 1.0), 0.1, "ascp(k=2,T=2)")
+    out = tmp_path / "out"
+    results = run_frame(spec, development, out, n_boot=200, request_cache=out / "requests.sqlite")
+    assert [r.done for r in results] == [8, 8, 4]
+    splits = json.loads((out / "splits.json").read_text(encoding="utf-8"))["tasks"]["toy"]
+    assert splits["test"]["cases"] == ["p0", "p1", "p2", "p3"]
+    assert splits["development"]["cases"] == ["p4", "p5", "p6", "p7"]
+    dev_cases = {r["case_id"] for r in map(json.loads, (out / "development" / "units.jsonl").read_text().splitlines())}
+    assert dev_cases == {"p4", "p5", "p6", "p7"}  # the choice never sees a test query
+    choice = json.loads((out / DECODER).read_text(encoding="utf-8"))
+    frozen = [json.loads(line) for line in (out / TABLE10 / "units.jsonl").read_text().splitlines()]
+    assert {r["condition"] for r in frozen} == {choice["condition"]} and choice["chosen"] in (0.5, 1.0)
+    assert {r["case_id"] for r in frozen} == {"p0", "p1", "p2", "p3"}
+    again = run_frame(spec, development, out, n_boot=200, request_cache=out / "requests.sqlite")
+    assert [r.written for r in again] == [0, 0, 0]  # every step resumes: nothing redone
+    report = preset_report("heldout-small", out, n_boot=200)
+    assert "table10_ascp_k2_T2" in report.tables and "table11_ascp_k2_T2" in report.tables

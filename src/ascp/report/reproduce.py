@@ -153,7 +153,9 @@ def _spec_text(text: str, name: str, tasks, conditions) -> str:
     """The YAML of a derived spec (its name, task positions and conditions replaced), runnable as it is."""
     import yaml
 
-    raw = yaml.safe_load(text)
+    raw = yaml.safe_load(text) if text else None
+    if not isinstance(raw, dict):  # a spec built in Python has no YAML of its own
+        return ""
     raw["name"] = name
     for task, item in zip(tasks, raw["tasks"], strict=True):
         item["positions"] = task.positions_text
@@ -312,19 +314,31 @@ def reproduce(name: str, out: str | Path, data_root: str | Path | None = None, l
     positions into `out/development`; the one-standard-error choice into `out/decoder.json`; the chosen
     condition, frozen, on the test positions into `out/table10`. Every step resumes. `executor`,
     `workers`, `address` and `ray_options` are `ascp.experiments.run_experiment`'s."""
-    from ascp.experiments.run import prepare, run_experiment
     from ascp.experiments.store import check_out_location
 
     out = Path(out)
     check_out_location(out)
     root = Path(data_root) if data_root is not None else default_data_root()
     spec, development = load_preset(name, root, limit, model=model, backend=backend, embedder=embedder)
-    plan = prepare(spec, executor, workers)
-    dev_plan = prepare(development_spec(spec, development), executor, workers) if development else None
     if request_cache is None:
         request_cache = out / "requests.sqlite"
-    options = dict(executor=executor, workers=workers, address=address, progress=progress,
-                   request_cache=request_cache, **ray_options)
+    results = run_frame(spec, development, out, n_boot=n_boot, on_start=on_start, executor=executor,
+                        workers=workers, address=address, progress=progress, request_cache=request_cache,
+                        **ray_options)
+    report = preset_report(name, out, n_boot=n_boot)
+    return _combined(results), report
+
+
+def run_frame(spec, development: Development | None, out: Path, n_boot: int = 10_000, on_start=None,
+              executor: str = "local", workers: int = 1, **options: Any) -> list:
+    """The steps of `reproduce` for a spec and its development split (None: the spec's run only); every
+    plan is checked before the first step runs. Returns each step's `RunResult`."""
+    from ascp.experiments.run import prepare, run_experiment
+    from ascp.jsonio import atomic_writer
+
+    plan = prepare(spec, executor, workers)
+    dev_plan = prepare(development_spec(spec, development), executor, workers) if development else None
+    options = dict(executor=executor, workers=workers, **options)
 
     def started(*counts: int) -> None:
         if dev_plan is not None:  # the store folder exists now
@@ -332,19 +346,15 @@ def reproduce(name: str, out: str | Path, data_root: str | Path | None = None, l
         if on_start is not None:
             on_start(*counts)
 
-    result = run_experiment(spec, out, plan=plan, on_start=started, **options)
-    results = [result]
+    results = [run_experiment(spec, out, plan=plan, on_start=started, **options)]
     if development is not None and dev_plan is not None:
         results.append(run_experiment(dev_plan.spec, out / DEVELOPMENT, plan=dev_plan, on_start=on_start, **options))
         choice = choose_decoder(out / DEVELOPMENT, development, n_boot)
-        from ascp.jsonio import atomic_writer
-
         with atomic_writer(out / DECODER) as handle:
             handle.write(json.dumps(choice, indent=2) + "\n")
         frozen = prepare(frozen_spec(spec, choice["condition"]), executor, workers)
         results.append(run_experiment(frozen.spec, out / TABLE10, plan=frozen, on_start=on_start, **options))
-    report = preset_report(name, out, n_boot=n_boot)
-    return _combined(results), report
+    return results
 
 
 def _combined(results):
