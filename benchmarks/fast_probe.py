@@ -113,9 +113,66 @@ def main(argv: Sequence[str] | None = None) -> int:
     prompts = [p for p, ok in zip(prompts, fits, strict=True) if ok]
     seeds = [derive_seed(args.seed, f"fast-probe:{case.id}") for _, _, case, _ in drawn]
     start = time.perf_counter()
-    responses = sample_responses(lm, prompts, sampling, seeds, batch_size=8)
+    responses = sample_responses(lm, prompts, sampling, seeds, batch_size=1)  # no padding to the longest
     generation_seconds = time.perf_counter() - start
-    rows = []
+    def write(rows: list[dict[str, Any]]) -> tuple[list[str], list[tuple[int, int, int]], tuple[float, ...]]:
+        summary = []
+        for k in ks:
+            at_k = [r for r in rows if r["k"] == k]
+            if not at_k:
+                continue
+            cut = free_threshold(k)
+            for name in estimators:
+                if any(name not in r["estimators"] for r in at_k):
+                    continue
+                same = whole = 0
+                rhos, seconds, tokens, verified = [], [], [], []
+                for r in at_k:
+                    exact = np.array(r["estimators"]["loo"]["scores"])
+                    mine = np.array(r["estimators"][name]["scores"])
+                    a, b = used_mask(normalize(mine), cut), used_mask(normalize(exact), cut)
+                    same += int((a == b).sum())
+                    whole += int((a == b).all())
+                    rhos.append(float(spearmanr(mine, exact)[0]) if k > 2 and np.ptp(mine) > 0 else float("nan"))
+                    seconds.append(r["estimators"][name]["seconds"])
+                    tokens.append(r["estimators"][name]["tokens"])
+                    verified.append(r["estimators"][name]["extra"].get("verified", np.nan))
+                loo_seconds = float(np.mean([r["estimators"]["loo"]["seconds"] for r in at_k]))
+                summary.append({
+                    "k": k, "estimator": name, "contexts": len(at_k), "passages": k * len(at_k),
+                    "used_agreement": same / (k * len(at_k)), "used_set_equal": whole / len(at_k),
+                    "spearman": float(np.nanmean(rhos)) if not np.all(np.isnan(rhos)) else float("nan"),
+                    "seconds": float(np.mean(seconds)), "time_vs_loo": float(np.mean(seconds)) / loo_seconds,
+                    "tokens": float(np.mean(tokens)),
+                    "verified": float(np.nanmean(verified)) if name == "gated" else None,
+                })
+        memory = [(r["prompt_tokens"], r["pooling_bytes"], r["eager_weights_bytes"])
+                  for r in rows if "pooling_bytes" in r]
+        machine = subprocess.run(["bash", "-c", "lscpu | head -n 15"], capture_output=True, text=True).stdout
+        load = os.getloadavg()
+        result = {"positions": f"{POSITIONS[0]}-{POSITIONS[1]}", "pools": str(args.pools), "ks": ks,
+                  "contexts_per_k": args.contexts, "contextcite_max_k": args.contextcite_max_k,
+                  "left_out_past_window": int(len(fits) - sum(fits)),
+                  "seed": args.seed, "max_new_tokens": args.max_new_tokens, "generation_seconds": generation_seconds,
+                  "estimator_options": estimators, "qwen_gguf": [str(p) for p in qwen],
+                  "python": platform.python_version(), "machine": machine, "load_average_at_end": load,
+                  "memory_at_largest_k": [{"prompt_tokens": t, "pooling_bytes": p, "eager_weights_bytes": e}
+                                          for t, p, e in memory],
+                  "summary": summary, "rows": rows}
+        (args.out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
+        lines = ["| k | estimator | contexts | used agreement | used set equal | Spearman | s/probe | x loo time | "
+                 "tokens/probe | verified/probe |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for s in summary:
+            verified = "" if s["verified"] is None else f"{s['verified']:.1f}"
+            lines.append(f"| {s['k']} | {s['estimator']} | {s['contexts']} | {s['used_agreement']:.3f} | "
+                         f"{s['used_set_equal']:.2f} | {s['spearman']:.3f} | {s['seconds']:.1f} | "
+                         f"{s['time_vs_loo']:.2f} | "
+                         f"{s['tokens']:.0f} | {verified} |")
+        (args.out / "table.md").write_text("\n".join(lines) + "\n")
+        plot(summary, args.out / "cost.png")
+        return lines, memory, load
+
+    rows: list[dict[str, Any]] = []
     for (k, position, case, passages), prompt, (text, ids) in zip(drawn, prompts, responses, strict=True):
         if not ids:
             continue
@@ -143,59 +200,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             record["pooling_bytes"] = read.pooling_bytes
             record["eager_weights_bytes"] = 4 * config.num_hidden_layers * config.num_attention_heads * total * total
         rows.append(record)
+        write(rows)  # after every context, so a run cut short keeps what it measured
         print(f"k={k} position {position}: " + ", ".join(
             f"{n} {r['seconds']:.1f}s" for n, r in record["estimators"].items()), flush=True)
-    summary = []
-    for k in ks:
-        at_k = [r for r in rows if r["k"] == k]
-        if not at_k:
-            continue
-        cut = free_threshold(k)
-        for name in estimators:
-            if any(name not in r["estimators"] for r in at_k):
-                continue
-            same = whole = 0
-            rhos, seconds, tokens, verified = [], [], [], []
-            for r in at_k:
-                exact = np.array(r["estimators"]["loo"]["scores"])
-                mine = np.array(r["estimators"][name]["scores"])
-                a, b = used_mask(normalize(mine), cut), used_mask(normalize(exact), cut)
-                same += int((a == b).sum())
-                whole += int((a == b).all())
-                rhos.append(float(spearmanr(mine, exact)[0]) if k > 2 and np.ptp(mine) > 0 else float("nan"))
-                seconds.append(r["estimators"][name]["seconds"])
-                tokens.append(r["estimators"][name]["tokens"])
-                verified.append(r["estimators"][name]["extra"].get("verified", np.nan))
-            loo_seconds = float(np.mean([r["estimators"]["loo"]["seconds"] for r in at_k]))
-            summary.append({
-                "k": k, "estimator": name, "contexts": len(at_k), "passages": k * len(at_k),
-                "used_agreement": same / (k * len(at_k)), "used_set_equal": whole / len(at_k),
-                "spearman": float(np.nanmean(rhos)) if not np.all(np.isnan(rhos)) else float("nan"),
-                "seconds": float(np.mean(seconds)), "time_vs_loo": float(np.mean(seconds)) / loo_seconds,
-                "tokens": float(np.mean(tokens)), "verified": float(np.nanmean(verified)) if name == "gated" else None,
-            })
-    memory = [(r["prompt_tokens"], r["pooling_bytes"], r["eager_weights_bytes"]) for r in rows if "pooling_bytes" in r]
-    machine = subprocess.run(["bash", "-c", "lscpu | head -n 15"], capture_output=True, text=True).stdout
-    load = os.getloadavg()
-    result = {"positions": f"{POSITIONS[0]}-{POSITIONS[1]}", "pools": str(args.pools), "ks": ks,
-              "contexts_per_k": args.contexts, "contextcite_max_k": args.contextcite_max_k,
-              "left_out_past_window": int(len(fits) - sum(fits)),
-              "seed": args.seed, "max_new_tokens": args.max_new_tokens, "generation_seconds": generation_seconds,
-              "estimator_options": estimators, "qwen_gguf": [str(p) for p in qwen],
-              "python": platform.python_version(), "machine": machine, "load_average_at_end": load,
-              "memory_at_largest_k": [{"prompt_tokens": t, "pooling_bytes": p, "eager_weights_bytes": e}
-                                      for t, p, e in memory],
-              "summary": summary, "rows": rows}
-    (args.out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
-    lines = ["| k | estimator | contexts | used agreement | used set equal | Spearman | s/probe | x loo time | "
-             "tokens/probe | verified/probe |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for s in summary:
-        verified = "" if s["verified"] is None else f"{s['verified']:.1f}"
-        lines.append(f"| {s['k']} | {s['estimator']} | {s['contexts']} | {s['used_agreement']:.3f} | "
-                     f"{s['used_set_equal']:.2f} | {s['spearman']:.3f} | {s['seconds']:.1f} | {s['time_vs_loo']:.2f} | "
-                     f"{s['tokens']:.0f} | {verified} |")
-    (args.out / "table.md").write_text("\n".join(lines) + "\n")
-    plot(summary, args.out / "cost.png")
+    lines, memory, load = write(rows)
     print("\n".join(lines))
     for t, p, e in memory:
         print(f"k={max(ks)} prompt of {t} tokens: pooling working set {p / 2**20:.1f} MiB; eager attention weights "
