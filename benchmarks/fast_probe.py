@@ -179,6 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         item = ProbeInput(case.question, passages, prompt, text, ids)
         record: dict[str, Any] = {"k": k, "position": position, "case": case.id, "prompt_tokens": prompt.num_tokens,
                                   "response_tokens": len(ids), "estimators": {}}
+        rows.append(record)
         for name, options in estimators.items():
             if name == "contextcite" and k > args.contextcite_max_k:
                 continue
@@ -190,6 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             record["estimators"][name] = {"scores": [float(v) for v in scored.values], "seconds": seconds,
                                           "tokens": int(scored.tokens_processed),
                                           "extra": dict(getattr(scored, "extra", {}) or {})}
+            write(rows)  # after every probe, so a run cut short keeps what it measured
         if k == max(ks):  # memory of the pooling, untimed: its largest working set against eager's weights
             from ascp.attribution.attention_pooling import attention_pass
 
@@ -199,8 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             total = prompt.num_tokens + len(ids) - 1
             record["pooling_bytes"] = read.pooling_bytes
             record["eager_weights_bytes"] = 4 * config.num_hidden_layers * config.num_attention_heads * total * total
-        rows.append(record)
-        write(rows)  # after every context, so a run cut short keeps what it measured
+        write(rows)
         print(f"k={k} position {position}: " + ", ".join(
             f"{n} {r['seconds']:.1f}s" for n, r in record["estimators"].items()), flush=True)
     lines, memory, load = write(rows)
