@@ -128,6 +128,7 @@ def test_the_embedder_flag_of_attribute_needs_a_cosine_estimator(tmp_path):
     data = jsonl_cases(tmp_path / "cases.jsonl")
     result = cli("attribute", "--input", str(data), "--out", str(tmp_path / "a.jsonl"), "--estimator", "loo",
                  "--embedder", "hashing")
-    assert result.exit_code == 2 and "applies to the estimators that embed text (qd-cosine, yd-cosine) only" in result.output
+    assert result.exit_code == 2
+    assert "applies to the estimators that embed text (qd-cosine, yd-cosine) only" in result.output
 
 
