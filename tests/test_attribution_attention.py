@@ -324,3 +324,22 @@ def test_gated_in_a_run_and_an_experiment(cli, tiny_model_dir, tmp_path):
     assert store.done == 2
     units = [json.loads(line) for line in (tmp_path / "store" / "units.jsonl").read_text().splitlines()]
     assert len(units) == 2 and all("gated" in json.dumps(unit["condition"]) for unit in units)
+
+
+def test_the_embedded_models_map_records_its_splits():
+    fitted = load_map(SHIPPED / "smollm2-135m-instruct.json")
+    assert fitted.weights.shape == (30, 9)  # SmolLM2-135M: 30 layers x 9 heads
+    assert (fitted.fit["train_positions"], fitted.fit["dev_positions"]) == ("0-199", "200-249")
+    assert all(0 <= p <= 199 for p in fitted.fit["positions_used"]["train"])
+    assert all(200 <= p <= 249 for p in fitted.fit["positions_used"]["dev"])
+    assert fitted.fit["dev"]["used_agreement_gated"] >= fitted.fit["target_agreement"]
+
+
+@pytest.mark.real_model
+@pytest.mark.skipif(__import__("ascp.lm.resolve", fromlist=["embedded_gguf"]).embedded_gguf() is None,
+                    reason="the embedded model is not installed")
+def test_the_shipped_map_is_found_for_the_embedded_model():
+    from ascp.api import load_model
+
+    lm = load_model("default", backend="hf")
+    assert map_for(lm, None, "gated").digest == load_map(SHIPPED / "smollm2-135m-instruct.json").digest
