@@ -128,8 +128,10 @@ def test_the_generation_budget_is_max_new_tokens_times_budget(tmp_path, tiny_mod
     assert len(structured) == len(portfolio) == 4
     assert all(r["budget"] == 4 and len(r["rounds"]) == 1 for r in structured)
     assert all("budget" not in r for r in portfolio)
-    # two chunks of two cases each: the structured response's 2 batches at 12, then the portfolio's at 3
-    assert sorted({limit for limit, _ in calls}) == [3, 12] and calls[0][0] == calls[1][0] == 12
+    # two blocks of two cases each, every condition of a block before the next block: the structured
+    # response's batch at 12, then the portfolio's at 3, in each block
+    assert sorted({limit for limit, _ in calls}) == [3, 12] and calls[0][0] == 12
+    assert [limit for limit, _ in calls].count(12) == 2
     assert all(longest <= limit for limit, longest in calls)
     assert max(longest for limit, longest in calls if limit == 12) > 3  # the random model runs past one round
     report = write_report(out, n_boot=200)
