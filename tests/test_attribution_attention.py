@@ -220,6 +220,7 @@ def test_gated_through_the_api_the_probe_and_the_cli(lm, tmp_path, cli, tiny_mod
     assert gated.estimator == "gated" and gated.unit == "nats/token"
     np.testing.assert_allclose(list(gated.scores.values()), list(loo.scores.values()), atol=1e-6)
     assert gated.used == loo.used
+    assert gated.extra["verified"] == 3  # band 1 verifies every passage, and the result says so
     probe = ascp.Probe(lm, "gated")  # the shipped map of the tiny test model and its band
     assert set(probe.attribute("who wrote it?", passages, response).scores) == {"d0", "d1", "d2"}
     requests = tmp_path / "requests.jsonl"
@@ -231,6 +232,7 @@ def test_gated_through_the_api_the_probe_and_the_cli(lm, tmp_path, cli, tiny_mod
     assert result.exit_code == 0, result.output
     record = json.loads(out.read_text())
     assert record["estimator"] == "gated" and set(record["scores"]) == {"d0", "d1", "d2"}
+    assert 0 <= record["verified"] <= 3 and "exact_tokens" in record  # what the gate did, in the record
 
 
 # ----- fitting --------------------------------------------------------------------------------

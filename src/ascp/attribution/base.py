@@ -10,8 +10,9 @@ are cheap functions over the stored numbers (`ascp.reading`, re-exported here).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -48,6 +49,7 @@ class Scores:
     tokens_processed: int = 0
     full_logprobs: np.ndarray | None = None
     ablated_logprobs: np.ndarray | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)  # what the estimator reports beside its scores
 
 
 class Estimator(ABC):

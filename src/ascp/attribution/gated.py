@@ -14,9 +14,9 @@ and the tokens fed by the attention pass and by the exact passes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -33,9 +33,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class GatedScores(Scores):
-    """`Scores` with what the gate did: verified (count), verified_ids, band, attention_tokens, exact_tokens."""
-
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    """`Scores` whose `extra` says what the gate did: verified (count), verified_ids, band, attention_tokens,
+    exact_tokens."""
 
 
 def close_to_threshold(raw: np.ndarray, threshold: float, band: float) -> np.ndarray:

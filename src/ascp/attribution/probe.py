@@ -90,6 +90,7 @@ class ProbeReading:
     seconds: float
     tokens_processed: int
     token_logprobs: TokenLogprobs | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)  # the estimator's `Scores.extra`
 
 
 def probe_response(lm: LanguageModel, estimator: Estimator, item: ProbeInput,
@@ -99,18 +100,19 @@ def probe_response(lm: LanguageModel, estimator: Estimator, item: ProbeInput,
     An empty response relies on nothing: every score is 0 and the model is not called."""
     ids = [p.id for p in item.passages]
     start = time.perf_counter()
+    extra: Mapping[str, Any] = {}
     if not item.response_ids:
         raw, tokens, token_logprobs = np.zeros(len(ids)), 0, None
     else:
         scored = estimator.score(lm, item)
-        raw, tokens = np.asarray(scored.values, dtype=np.float64), scored.tokens_processed
+        raw, tokens, extra = np.asarray(scored.values, dtype=np.float64), scored.tokens_processed, scored.extra
         token_logprobs = None
         if scored.full_logprobs is not None and scored.ablated_logprobs is not None:
             spans = lm.response_token_spans(item.response_text)
             if spans is not None:
                 token_logprobs = TokenLogprobs(scored.full_logprobs, scored.ablated_logprobs, tuple(spans))
     seconds = time.perf_counter() - start
-    return ProbeReading(read_scores(ids, raw, threshold), raw, seconds, tokens, token_logprobs)
+    return ProbeReading(read_scores(ids, raw, threshold), raw, seconds, tokens, token_logprobs, dict(extra))
 
 
 def sample_responses(
@@ -178,4 +180,5 @@ def attribute_one(lm: LanguageModel, estimator: Estimator, request: AttributionR
         threshold=reading.threshold,
         token_logprobs=probed.token_logprobs,
         unit=facts_of(estimator).unit,
+        extra=dict(probed.extra),
     )
