@@ -347,7 +347,8 @@ def comparison_tables(frame, rng: np.random.Generator, n_boot: int) -> list[Tabl
             base_pr = task_weighted_mean(frame, base, "pr")
             paper = PAPER_COMPARISONS[number].get(label)
             mde = detectable_effect(pr.se) if pr else math.nan
-            mde_full = detectable_effect(pr.se, n=queries, n_target=full) if pr and queries else math.nan
+            row_queries = int(paired(frame, ref, base, "pr")[["task", "query"]].drop_duplicates().shape[0])
+            mde_full = detectable_effect(pr.se, n=row_queries, n_target=full) if pr and row_queries else math.nan
             rows.append([label, num(base_pr), num(ref_pr), signed(pr.mean if pr else math.nan) + marker(q[i]),
                          interval(pr), pvalue(q[i]), paper_cell(number, label), comparison_verdict(pr, q[i], paper),
                          num(mde), num(mde_full), signed(ecr.mean if ecr else math.nan),
@@ -355,7 +356,7 @@ def comparison_tables(frame, rng: np.random.Generator, n_boot: int) -> list[Tabl
             data.append({"baseline": base, "label": label, "reference": ref, "baseline_pr": base_pr, "ascp_pr": ref_pr,
                          "q": q[i], "paper_delta_pr": paper[0] if paper else math.nan,
                          "paper_q": paper[1] if paper else math.nan, "verdict": comparison_verdict(pr, q[i], paper),
-                         "mde80": mde, "mde80_frame": mde_full, "queries": queries, "frame_queries": full,
+                         "mde80": mde, "mde80_frame": mde_full, "queries": row_queries, "frame_queries": full,
                          **_est_dict("delta_pr", pr), **_est_dict("delta_ecr", ecr), **_est_dict("delta_ground", gr)})
         what = "with steered decoding" if steered else "scheduler only (ordinary decoding on both sides)"
         tables.append(Table(
@@ -367,9 +368,9 @@ def comparison_tables(frame, rng: np.random.Generator, n_boot: int) -> list[Tabl
             "(Llama/Qwen/Mistral 7-8B, four tasks; '<.001' printed for q < .001); verdict: a paper effect is "
             "reproduced when this row has its sign with q < .05, a paper null is consistent when q >= .05. "
             "Power: MDE80 = (z_0.975 + z_0.80) x SE = 2.80 x SE, the smallest true ΔPR a two-sided test at 0.05 "
-            f"detects with 80% power, SE the bootstrap SE of ΔPR on this run's {queries} queries; 'MDE80 frame' "
-            f"is the same design at the held-out frame's {full} queries ({FRAME_QUERIES} per task): "
-            f"2.80 x SE x sqrt({queries}/{full}). BH over the family makes the per-row bar higher. "
+            f"detects with 80% power, SE the bootstrap SE of the row's ΔPR on its n paired queries (Ascp: {queries}); "
+            f"'MDE80 frame' is the same design at the held-out frame's {full} queries ({FRAME_QUERIES} per task): "
+            f"2.80 x SE x sqrt(n/{full}). BH over the family makes the per-row bar higher. "
             f"{ecr_note(frame)}",
             ["baseline", "baseline PR", "Ascp PR", "ΔPR", "95% CI", "BH q", "paper ΔPR", "verdict", "MDE80",
              "MDE80 frame", "ΔECR", "Δground", "n"], rows, data))
