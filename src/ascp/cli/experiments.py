@@ -43,12 +43,11 @@ def _ray_options(executor: str, cpus_per_worker: float, gpus_per_worker: float) 
 def experiment_run(
     spec: Annotated[Path, typer.Argument(help="YAML spec: name, tasks, models, seeds, grid or conditions.")],
     out_dir: Annotated[Path, typer.Option("--out", help="Run store folder; rerun the same command to resume.")],
-    executor: Annotated[str, typer.Option("--executor", help="local (one process, batched) or ray.")] = "local",
-    workers: Annotated[int, typer.Option("--workers", help="Ray actors per model (each loads it once).")] = 1,
-    address: Annotated[str | None, typer.Option("--address", help="Join this Ray cluster; default: start a "
-                                                "local one.")] = None,
-    cpus_per_worker: Annotated[float, typer.Option("--cpus-per-worker", help="Ray: CPUs per actor.")] = 1.0,
-    gpus_per_worker: Annotated[float, typer.Option("--gpus-per-worker", help="Ray: GPUs per actor.")] = 0.0,
+    executor: ExecutorOpt = "local",
+    workers: WorkersOpt = 1,
+    address: AddressOpt = None,
+    cpus_per_worker: CpusPerWorkerOpt = 1.0,
+    gpus_per_worker: GpusPerWorkerOpt = 0.0,
     embedder: EmbedderOverrideOpt = None,
     request_cache: RequestCacheOpt = None,
     prefix_cache_mb: PrefixCacheOpt = None,
@@ -111,6 +110,14 @@ def experiment_export(
     with user_errors():
         paths = export(directory)
         err.print(f"wrote {paths[0]} and {paths[1]}", markup=False, highlight=False)
+
+
+# The executor options of `experiment run` and `reproduce`.
+ExecutorOpt = Annotated[str, typer.Option("--executor", help="local (one process, batched) or ray.")]
+WorkersOpt = Annotated[int, typer.Option("--workers", help="Ray actors per model (each loads it once).")]
+AddressOpt = Annotated[str | None, typer.Option("--address", help="Join this Ray cluster; default: start a local one.")]
+CpusPerWorkerOpt = Annotated[float, typer.Option("--cpus-per-worker", help="Ray: CPUs per actor.")]
+GpusPerWorkerOpt = Annotated[float, typer.Option("--gpus-per-worker", help="Ray: GPUs per actor.")]
 
 
 @app.command("density")
@@ -231,12 +238,11 @@ def reproduce_command(
                                                 "preset's backend; cpu-small pins hf).")] = None,
     embedder: EmbedderOverrideOpt = None,
     request_cache: RequestCacheOpt = None,
-    executor: Annotated[str, typer.Option("--executor", help="local (one process, batched) or ray.")] = "local",
-    workers: Annotated[int, typer.Option("--workers", help="Ray actors per model (each loads it once).")] = 1,
-    address: Annotated[str | None, typer.Option("--address", help="Join this Ray cluster; default: start a "
-                                                "local one.")] = None,
-    cpus_per_worker: Annotated[float, typer.Option("--cpus-per-worker", help="Ray: CPUs per actor.")] = 1.0,
-    gpus_per_worker: Annotated[float, typer.Option("--gpus-per-worker", help="Ray: GPUs per actor.")] = 0.0,
+    executor: ExecutorOpt = "local",
+    workers: WorkersOpt = 1,
+    address: AddressOpt = None,
+    cpus_per_worker: CpusPerWorkerOpt = 1.0,
+    gpus_per_worker: GpusPerWorkerOpt = 0.0,
 ) -> None:
     """Run a packaged reduction of the paper's experiments, then report which of its signs reproduce."""
     from ascp.report.reproduce import reproduce
