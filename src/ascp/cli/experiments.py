@@ -20,6 +20,14 @@ from ascp.cli.common import (
 )
 from ascp.errors import AscpError
 
+# The executor options of `experiment run` and `reproduce`.
+ExecutorOpt = Annotated[str, typer.Option("--executor", help="local (one process, batched) or ray.")]
+WorkersOpt = Annotated[int, typer.Option("--workers", help="Ray actors per model (each loads it once).")]
+AddressOpt = Annotated[str | None, typer.Option("--address", help="Join this Ray cluster; default: start a local one.")]
+CpusPerWorkerOpt = Annotated[float, typer.Option("--cpus-per-worker", help="Ray: CPUs per actor.")]
+GpusPerWorkerOpt = Annotated[float, typer.Option("--gpus-per-worker", help="Ray: GPUs per actor.")]
+
+
 experiment_app = typer.Typer(
     no_args_is_help=True,
     help="Declarative experiments: a YAML spec of tasks x models x seeds x conditions, run into a resumable store.",
@@ -110,14 +118,6 @@ def experiment_export(
     with user_errors():
         paths = export(directory)
         err.print(f"wrote {paths[0]} and {paths[1]}", markup=False, highlight=False)
-
-
-# The executor options of `experiment run` and `reproduce`.
-ExecutorOpt = Annotated[str, typer.Option("--executor", help="local (one process, batched) or ray.")]
-WorkersOpt = Annotated[int, typer.Option("--workers", help="Ray actors per model (each loads it once).")]
-AddressOpt = Annotated[str | None, typer.Option("--address", help="Join this Ray cluster; default: start a local one.")]
-CpusPerWorkerOpt = Annotated[float, typer.Option("--cpus-per-worker", help="Ray: CPUs per actor.")]
-GpusPerWorkerOpt = Annotated[float, typer.Option("--gpus-per-worker", help="Ray: GPUs per actor.")]
 
 
 @app.command("density")
