@@ -269,6 +269,18 @@ def unit_records(directory: Path) -> list[dict]:
     return out
 
 
+def units_by_key(directory: Path) -> dict:
+    """An experiment store's unit records (timing fields dropped) by unit key; a unit written twice fails."""
+    from ascp.results.records import UnitKey
+
+    out: dict = {}
+    for rec in unit_records(directory):
+        key = UnitKey.of(rec)
+        assert key not in out, f"unit {key} written twice"
+        out[key] = rec
+    return out
+
+
 @pytest.fixture
 def small_disk(tmp_path: Path):
     """`small_disk(size="64k", read_only=False)`: a real tmpfs of that size mounted in tmp_path (root

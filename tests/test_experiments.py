@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import invoke_cli, unit_records
+from conftest import invoke_cli, units_by_key
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -53,16 +53,6 @@ def write_spec(folder: Path, model_dir: Path, **overrides) -> Path:
     path = folder / "spec.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
     return path
-
-
-def records(directory: Path) -> dict[UnitKey, dict]:
-    """Finished units by key, without the timing fields (the only ones that vary between runs)."""
-    out = {}
-    for rec in unit_records(directory):
-        key = UnitKey.of(rec)
-        assert key not in out, f"duplicate unit {key}"
-        out[key] = rec
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -302,7 +292,7 @@ def test_a_unit_the_disk_refuses_mid_write_leaves_no_part_of_it(tmp_path, monkey
 # ----- running ------------------------------------------------------------------------------------
 
 def test_local_run_writes_one_record_per_unit(reference, spec_path):
-    recs = records(reference)
+    recs = units_by_key(reference)
     plan = make_plan(load_spec(spec_path))
     assert set(recs) == set(plan.unit_keys()) and len(recs) == 2 * N_CASES
     for key, rec in recs.items():
@@ -328,7 +318,7 @@ def test_resume_after_a_torn_line_inside_a_half_written_chunk(reference, spec_pa
     (out / "units.jsonl").write_bytes(b"".join(lines[:3]) + lines[3][: len(lines[3]) // 2])
     result = run_experiment(spec_path, out)
     assert (result.written, result.done) == (2 * N_CASES - 3, 2 * N_CASES)
-    assert records(out) == records(reference)
+    assert units_by_key(out) == units_by_key(reference)
     assert run_experiment(spec_path, out).written == 0  # nothing left: nothing rerun
 
 
@@ -351,7 +341,7 @@ def test_sigkill_at_any_moment_then_rerun_equals_an_uninterrupted_run(reference,
     rerun = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert rerun.returncode == 0, rerun.stderr
     assert f"{before}/{2 * N_CASES} units done" in rerun.stderr
-    assert records(out) == records(reference)  # same keys, none twice, same responses and readings
+    assert units_by_key(out) == units_by_key(reference)  # same keys, none twice, same responses and readings
 
 
 def test_status_and_parquet_export(reference):
@@ -369,7 +359,7 @@ def test_status_and_parquet_export(reference):
     assert len(units) == 2 * N_CASES and len(rounds) == 2 * 2 * N_CASES
     assert {"task", "model", "seed", "case_id", "condition", "arm", "pr", "ecr", "pool"} <= set(units[0])
     assert {"condition", "round", "context", "response", "scores", "normalized", "used"} <= set(rounds[0])
-    by_key = records(reference)
+    by_key = units_by_key(reference)
     row = rounds[0]
     rec = by_key[UnitKey(row["task"], row["model"], row["seed"], row["case_id"], row["condition"])]
     assert row["response"] == rec["rounds"][row["round"] - 1]["response"]
@@ -396,7 +386,7 @@ def test_ray_executor_writes_the_same_records_as_local(reference, spec_path, tmp
     finally:
         ray.shutdown()
     assert result.written == 2 * N_CASES
-    assert records(tmp_path / "ray") == records(reference)
+    assert units_by_key(tmp_path / "ray") == units_by_key(reference)
 
 
 def test_a_spec_with_the_users_own_prompt_runs_it(tmp_path, tiny_model_dir):
@@ -441,7 +431,7 @@ def test_a_disk_that_fills_mid_experiment_keeps_whole_units_and_the_rerun_equals
     filler.unlink()
     rerun = invoke_cli(["experiment", "run", str(spec_path), "--out", str(out)])
     assert rerun.exit_code == 0, rerun.output
-    assert records(out) == records(reference)
+    assert units_by_key(out) == units_by_key(reference)
 
 
 def test_a_read_only_store_folder_is_refused_before_any_work(spec_path, small_disk):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import unit_records
+from conftest import units_by_key
 
 from ascp.experiments import run_experiment
 from ascp.experiments.plan import UnitKey
@@ -35,15 +35,6 @@ def write_spec(folder: Path, model_dir: Path) -> Path:
     path = folder / "spec.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
     return path
-
-
-def by_key(directory: Path) -> dict[UnitKey, dict]:
-    out: dict[UnitKey, dict] = {}
-    for rec in unit_records(directory):
-        key = UnitKey.of(rec)
-        assert key not in out, f"unit {key} written twice"
-        out[key] = rec
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +89,7 @@ def test_ray_store_equals_a_single_process_store(cluster, reference, spec_path, 
                             request_cache=tmp_path / "requests.sqlite",
                             on_worker=lambda label, units: reported.__setitem__(label, units))
     assert (result.done, result.written) == (2 * N_CASES, 2 * N_CASES)
-    assert_same_rows(by_key(tmp_path / "ray"), by_key(reference))  # rows compared, `seconds` aside
+    assert_same_rows(units_by_key(tmp_path / "ray"), units_by_key(reference))  # rows compared, `seconds` aside
     assert sum(reported.values()) == 2 * N_CASES  # units done per worker add up to the run
     assert all(label.startswith("worker ") and "(pid " in label for label in reported)
     assert (tmp_path / "requests.sqlite").stat().st_size > 0  # the workers' one shared request cache
@@ -119,7 +110,7 @@ def test_a_worker_killed_mid_run_loses_nothing(cluster, reference, spec_path, tm
 
     result = run_experiment(spec_path, tmp_path / "ray", executor="ray", workers=2, on_worker=on_worker)
     assert killed and result.done == 2 * N_CASES
-    assert by_key(tmp_path / "ray") == by_key(reference)  # complete, no unit twice, the same rows
+    assert units_by_key(tmp_path / "ray") == units_by_key(reference)  # complete, no unit twice, the same rows
     lines = (tmp_path / "ray" / "units.jsonl").read_text(encoding="utf-8").splitlines()
     assert len(lines) == 2 * N_CASES
     later = seen[seen.index(next(s for s in seen if s[1] == killed[0])) + 1:]
