@@ -5,8 +5,10 @@ attention map's fit never saw: it was fitted on HotpotQA 0-199 and sized on Hotp
 the held-out frame's positions either). Per width k, the next items in file order whose pool
 holds k passages get k passages drawn from the pool in random order (seeded), and the embedded
 model's own sampled response (temperature 0.7, 48 new tokens at most). Every estimator then
-probes the same (prompt, response) on the transformers backend, with the prefix store emptied
-before each estimator (each pays its own prompt; none reuses another's passes).
+probes the same (prompt, response) on the transformers backend, in two regimes measured side by
+side: `cold`, the prefix store emptied before each estimator (each pays its own prompt; none reuses
+another's passes), and `warm`, the store holding only the prompt prefix that sampling the response
+left there (as in `ascp run`, where the probe follows generation in the same process).
 
 Per estimator and k: agreement of the tau(k) `used` decision with exact `loo` (share of passage
 decisions, and share of contexts whose whole used set is `loo`'s), Spearman correlation of the
@@ -15,6 +17,7 @@ proxy-model LOO row (AttriBoT: the embedded model as proxy for the Qwen GGUF of 
 only where that GGUF exists under models/.
 
     python benchmarks/fast_probe.py --out docs/results/fast-probe [--ks 3,5,10,24] [--contexts 3]
+        [--regimes cold,warm]
 """
 
 from __future__ import annotations
@@ -47,26 +50,29 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for results.json, table.md, cost.png")
     parser.add_argument("--ks", default="3,5,10,24", help="context widths (default 3,5,10,24)")
-    parser.add_argument("--contexts", type=int, default=3, help="contexts per width (default 3)")
+    parser.add_argument("--contexts", default="3", help="contexts per width: one number, or one per --ks entry "
+                        "(default 3)")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--pools", type=Path, default=DEFAULT_POOLS)
     parser.add_argument("--weights", default=None, help="attention map file (default: the shipped one)")
     parser.add_argument("--model", default="default", help="model spec (default: the embedded model)")
+    parser.add_argument("--regimes", default="cold,warm", help="cold (store emptied before each estimator), "
+                        "warm (store holding the prompt prefix of generation), or both (default)")
     parser.add_argument("--contextcite-max-k", type=int, default=24,
                         help="run contextcite only up to this width (its 32 masked passes dominate the run)")
     return parser.parse_args(argv)
 
 
-def draw(cases: Sequence[Any], ks: Sequence[int], per_k: int, seed: int) -> list[tuple[int, int, Any, tuple]]:
+def draw(cases: Sequence[Any], ks: Sequence[int], per_k: Sequence[int], seed: int) -> list[tuple[int, int, Any, tuple]]:
     """(k, position, case, passages): each item used once, the next eligible one in file order per k."""
     from ascp.attribution.attention_fit import draw_contexts
 
     out, used = [], set()
-    for k in ks:
+    for k, wanted in zip(ks, per_k, strict=True):
         taken = 0
         for position, case in enumerate(cases, start=POSITIONS[0]):
-            if taken == per_k:
+            if taken == wanted:
                 break
             if position in used or len(case.pool) < k:
                 continue
@@ -91,9 +97,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = parse_args(argv)
     ks = [int(k) for k in args.ks.split(",")]
+    regimes = [g.strip() for g in args.regimes.split(",") if g.strip()]
+    if not regimes or any(g not in ("cold", "warm") for g in regimes):
+        raise SystemExit(f"--regimes: expected cold, warm or cold,warm, got {args.regimes!r}.")
     args.out.mkdir(parents=True, exist_ok=True)
     cases, _ = load_cases_with_order(args.pools, format="asqa", rank_by="given", positions=POSITIONS)
-    drawn = draw(cases, ks, args.contexts, args.seed)
+    per_k = [int(n) for n in args.contexts.split(",")]
+    if len(per_k) == 1:
+        per_k = per_k * len(ks)
+    if len(per_k) != len(ks) or min(per_k) < 1:
+        raise SystemExit(f"--contexts: expected one count of at least 1, or one per --ks entry, got {args.contexts!r}.")
+    drawn = draw(cases, ks, per_k, args.seed)
     lm = load_model(args.model, backend="hf")
     estimators = dict(ESTIMATORS)
     if args.weights:
@@ -123,10 +137,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             cut = free_threshold(k)
             for name in estimators:
-                if any(name not in r["estimators"] for r in at_k):
+                if any(name not in r["estimators"] or any(g not in r["estimators"][name] for g in regimes)
+                       for r in at_k):
                     continue
                 same = whole = 0
-                rhos, seconds, tokens, verified = [], [], [], []
+                rhos, verified = [], []
                 for r in at_k:
                     exact = np.array(r["estimators"]["loo"]["scores"])
                     mine = np.array(r["estimators"][name]["scores"])
@@ -134,24 +149,26 @@ def main(argv: Sequence[str] | None = None) -> int:
                     same += int((a == b).sum())
                     whole += int((a == b).all())
                     rhos.append(float(spearmanr(mine, exact)[0]) if k > 2 and np.ptp(mine) > 0 else float("nan"))
-                    seconds.append(r["estimators"][name]["seconds"])
-                    tokens.append(r["estimators"][name]["tokens"])
                     verified.append(r["estimators"][name]["extra"].get("verified", np.nan))
-                loo_seconds = float(np.mean([r["estimators"]["loo"]["seconds"] for r in at_k]))
-                summary.append({
+                row: dict[str, Any] = {
                     "k": k, "estimator": name, "contexts": len(at_k), "passages": k * len(at_k),
                     "used_agreement": same / (k * len(at_k)), "used_set_equal": whole / len(at_k),
                     "spearman": float(np.nanmean(rhos)) if not np.all(np.isnan(rhos)) else float("nan"),
-                    "seconds": float(np.mean(seconds)), "time_vs_loo": float(np.mean(seconds)) / loo_seconds,
-                    "tokens": float(np.mean(tokens)),
                     "verified": float(np.nanmean(verified)) if name == "gated" else None,
-                })
+                }
+                for regime in regimes:
+                    seconds = float(np.mean([r["estimators"][name][regime]["seconds"] for r in at_k]))
+                    loo_seconds = float(np.mean([r["estimators"]["loo"][regime]["seconds"] for r in at_k]))
+                    row[regime] = {"seconds": seconds, "time_vs_loo": seconds / loo_seconds,
+                                   "tokens": float(np.mean([r["estimators"][name][regime]["tokens"] for r in at_k]))}
+                summary.append(row)
         memory = [(r["prompt_tokens"], r["pooling_bytes"], r["eager_weights_bytes"])
                   for r in rows if "pooling_bytes" in r]
         machine = subprocess.run(["bash", "-c", "lscpu | head -n 15"], capture_output=True, text=True).stdout
         load = os.getloadavg()
         result = {"positions": f"{POSITIONS[0]}-{POSITIONS[1]}", "pools": str(args.pools), "ks": ks,
-                  "contexts_per_k": args.contexts, "contextcite_max_k": args.contextcite_max_k,
+                  "contexts_per_k": dict(zip(ks, per_k, strict=True)), "regimes": regimes,
+                  "contextcite_max_k": args.contextcite_max_k,
                   "left_out_past_window": int(len(fits) - sum(fits)),
                   "seed": args.seed, "max_new_tokens": args.max_new_tokens, "generation_seconds": generation_seconds,
                   "estimator_options": estimators, "qwen_gguf": [str(p) for p in qwen],
@@ -160,37 +177,55 @@ def main(argv: Sequence[str] | None = None) -> int:
                                           for t, p, e in memory],
                   "summary": summary, "rows": rows}
         (args.out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
-        lines = ["| k | estimator | contexts | used agreement | used set equal | Spearman | s/probe | x loo time | "
-                 "tokens/probe | verified/probe |", "|---|---|---|---|---|---|---|---|---|---|"]
-        for s in summary:
-            verified = "" if s["verified"] is None else f"{s['verified']:.1f}"
-            lines.append(f"| {s['k']} | {s['estimator']} | {s['contexts']} | {s['used_agreement']:.3f} | "
-                         f"{s['used_set_equal']:.2f} | {s['spearman']:.3f} | {s['seconds']:.1f} | "
-                         f"{s['time_vs_loo']:.2f} | "
-                         f"{s['tokens']:.0f} | {verified} |")
+        head = "".join(f" {g} s/probe | {g} x loo | {g} tokens |" for g in regimes)
+        lines = ["| k | estimator | contexts | used agreement | used set equal | Spearman |" + head
+                 + " verified/probe |",
+                 "|---|---|---|---|---|---|" + "---|---|---|" * len(regimes) + "---|"]
+        for line in summary:
+            checked = "" if line["verified"] is None else f"{line['verified']:.1f}"
+            cost = "".join(f" {line[g]['seconds']:.1f} | {line[g]['time_vs_loo']:.2f} | {line[g]['tokens']:.0f} |"
+                           for g in regimes)
+            lines.append(f"| {line['k']} | {line['estimator']} | {line['contexts']} | {line['used_agreement']:.3f} | "
+                         f"{line['used_set_equal']:.2f} | {line['spearman']:.3f} |{cost} {checked} |")
         (args.out / "table.md").write_text("\n".join(lines) + "\n")
-        plot(summary, args.out / "cost.png")
+        plot(summary, regimes, args.out / "cost.png")
         return lines, memory, load
 
     rows: list[dict[str, Any]] = []
-    for (k, position, case, passages), prompt, (text, ids) in zip(drawn, prompts, responses, strict=True):
+    for index, ((k, position, case, passages), prompt, (text, ids)) in enumerate(
+            zip(drawn, prompts, responses, strict=True)):
         if not ids:
             continue
         item = ProbeInput(case.question, passages, prompt, text, ids)
         record: dict[str, Any] = {"k": k, "position": position, "case": case.id, "prompt_tokens": prompt.num_tokens,
                                   "response_tokens": len(ids), "estimators": {}}
         rows.append(record)
+        warm_entry = None
+        if "warm" in regimes:  # what sampling the response leaves in the store: the prompt's prefix
+            fresh_prefixes(lm)
+            again = sample_responses(lm, [prompt], sampling, [seeds[index]], batch_size=1)
+            assert again[0][1] == ids, "resampling with the same seed gave another response"
+            warm_entry = lm.prefixes.get(tuple(prompt.ids)) if lm.prefixes is not None else None
         for name, options in estimators.items():
             if name == "contextcite" and k > args.contextcite_max_k:
                 continue
             estimator = make_estimator(name, **options)
-            fresh_prefixes(lm)
-            began = time.perf_counter()
-            scored = estimator.score(lm, item)
-            seconds = time.perf_counter() - began
-            record["estimators"][name] = {"scores": [float(v) for v in scored.values], "seconds": seconds,
-                                          "tokens": int(scored.tokens_processed),
-                                          "extra": dict(getattr(scored, "extra", {}) or {})}
+            measured: dict[str, Any] = {}
+            for regime in regimes:
+                fresh_prefixes(lm)
+                if regime == "warm" and warm_entry is not None and lm.prefixes is not None:
+                    lm.prefixes.put(tuple(prompt.ids), warm_entry)
+                began = time.perf_counter()
+                scored = estimator.score(lm, item)
+                seconds = time.perf_counter() - began
+                values = [float(v) for v in scored.values]
+                if "scores" not in measured:
+                    measured.update(scores=values, extra=dict(getattr(scored, "extra", {}) or {}))
+                else:  # the regimes differ in what is stored, never in the reading
+                    measured["regime_max_abs_difference"] = float(np.max(np.abs(np.subtract(values,
+                                                                                             measured["scores"]))))
+                measured[regime] = {"seconds": seconds, "tokens": int(scored.tokens_processed)}
+            record["estimators"][name] = measured
             write(rows)  # after every probe, so a run cut short keeps what it measured
         if k == max(ks):  # memory of the pooling, untimed: its largest working set against eager's weights
             from ascp.attribution.attention_pooling import attention_pass
@@ -203,7 +238,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             record["eager_weights_bytes"] = 4 * config.num_hidden_layers * config.num_attention_heads * total * total
         write(rows)
         print(f"k={k} position {position}: " + ", ".join(
-            f"{n} {r['seconds']:.1f}s" for n, r in record["estimators"].items()), flush=True)
+            f"{n} " + "/".join(f"{r[g]['seconds']:.1f}" for g in regimes) + " s"
+            for n, r in record["estimators"].items()), flush=True)
     lines, memory, load = write(rows)
     print("\n".join(lines))
     for t, p, e in memory:
@@ -213,31 +249,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def plot(summary: Sequence[dict[str, Any]], path: Path) -> None:
+def plot(summary: Sequence[dict[str, Any]], regimes: Sequence[str], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8.5, 4.5))
+    fig, axes = plt.subplots(1, len(regimes), figsize=(6.5 * len(regimes) + 2, 4.5), sharey=True, squeeze=False)
     markers = {3: "o", 5: "s", 10: "^", 24: "D"}
     colors = {"loo": "black", "gated": "tab:red", "attention": "tab:orange", "hierarchical": "tab:blue",
               "contextcite": "tab:green", "proxy-loo": "tab:purple"}
-    for s in summary:
-        ax.scatter(s["time_vs_loo"], s["used_agreement"], marker=markers.get(s["k"], "x"),
-                   color=colors.get(s["estimator"], "gray"), s=50)
+    for ax, regime in zip(axes[0], regimes, strict=True):
+        for s in summary:
+            ax.scatter(s[regime]["time_vs_loo"], s["used_agreement"], marker=markers.get(s["k"], "x"),
+                       color=colors.get(s["estimator"], "gray"), s=50)
+        ax.set_xscale("log")
+        ax.set_xlabel(f"probe time relative to exact loo, {regime} store (log scale)")
+        ax.grid(alpha=0.3)
+        ax.set_title(f"{regime}: " + ("store emptied before each probe" if regime == "cold"
+                                      else "prompt prefix of generation stored"), fontsize=10)
+    ax = axes[0][-1]
     for name, color in colors.items():
         if any(s["estimator"] == name for s in summary):
             ax.scatter([], [], color=color, label=name)
     for k, marker in markers.items():
         if any(s["k"] == k for s in summary):
             ax.scatter([], [], color="gray", marker=marker, label=f"k = {k}")
-    ax.set_xscale("log")
-    ax.set_xlabel("probe time relative to exact loo (log scale)")
-    ax.set_ylabel("agreement of used with exact loo (passage decisions)")
-    ax.set_title("Cost against agreement, ASQA positions 0-122, embedded SmolLM2-135M")
+    axes[0][0].set_ylabel("agreement of used with exact loo (passage decisions)")
+    fig.suptitle("Cost against agreement, ASQA positions 0-122, embedded SmolLM2-135M")
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

@@ -302,6 +302,50 @@ def test_fit_probe_writes_a_map_keyed_by_the_model(cli, tiny_model_dir, tmp_path
     assert overlap.exit_code == 2 and "overlap" in overlap.output
 
 
+def test_fit_readings_resume_and_divide_to_the_uninterrupted_reading(lm, tmp_path):
+    from ascp.attribution.attention_fit import read_contexts
+    from ascp.attribution.fit_readings import FitReadings
+    from ascp.lm.sampling import SamplingConfig
+
+    rng = np.random.default_rng(3)
+    words = ["river", "author", "born", "in", "1850", "city", "wrote", "novel", "the", "of"]
+    cases = [(i, Case(id=f"c{i}", question="who wrote it?", units=(),
+                      pool=tuple(Passage(id=f"c{i}-{j}", title="", text=" ".join(rng.choice(words, size=6)))
+                                 for j in range(5)))) for i in range(12)]
+    drawn = draw_contexts(cases, 0, (3, 5))
+    sampling = SamplingConfig(max_new_tokens=4)
+    whole, _ = read_contexts(lm, drawn, sampling, seed=0, batch_size=4)
+    identity = {"feature": FEATURE, "model": model_digest(lm), "seed": 0}
+    path = tmp_path / "readings.jsonl"
+    readings = FitReadings(path, identity)
+    first = [d for d in drawn if d[0] < 8]  # two runs on ranges aligned to the batch size share one file
+    read_contexts(lm, [d for d in drawn if d[0] >= 8], sampling, seed=0, batch_size=4, readings=readings)
+    read_contexts(lm, first[:3], sampling, seed=0, batch_size=4, readings=readings)  # cut inside a batch
+    with path.open("a") as handle:
+        handle.write('{"identity": {"feature"')  # and a line torn by the crash
+    resumed, _ = read_contexts(lm, drawn, sampling, seed=0, batch_size=4, readings=readings)
+    assert [c.position for c in resumed] == [c.position for c in whole] and whole
+    for a, b in zip(resumed, whole, strict=True):
+        assert (a.case_id, a.passage_ids, a.response_ids, a.spans) == (b.case_id, b.passage_ids,
+                                                                       b.response_ids, b.spans)
+        assert len(a.response_ids) == a.response_tokens > 0
+        np.testing.assert_allclose(a.features, b.features, rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(a.loo, b.loo, rtol=1e-9, atol=1e-12)
+    lines = path.read_text().splitlines()
+    assert len(lines) == len(whole)  # each context once; the torn line was cut by the next append
+    again, _ = read_contexts(lm, drawn, sampling, seed=0, batch_size=4, readings=readings)
+    assert path.read_text().splitlines() == lines and len(again) == len(whole)  # nothing read twice
+
+    with pytest.raises(AscpError, match="seed differ"):
+        FitReadings(path, {**identity, "seed": 1}).load()
+    lines.insert(1, "not json")
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(AscpError, match="line 2"):
+        readings.load()
+    with pytest.raises(AscpError, match="does not exist"):
+        FitReadings(tmp_path / "absent" / "r.jsonl", identity)
+
+
 def test_gated_in_a_run_and_an_experiment(cli, tiny_model_dir, tmp_path):
     import yaml
 

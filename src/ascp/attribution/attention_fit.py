@@ -34,6 +34,8 @@ from ascp.reading import free_threshold, normalize, used_mask
 from ascp.types import Case, Passage
 
 if TYPE_CHECKING:
+    from ascp.attribution.fit_readings import FitReadings
+    from ascp.lm.encoded import EncodedPrompt
     from ascp.lm.protocol import LanguageModel
     from ascp.lm.sampling import SamplingConfig
 
@@ -57,6 +59,11 @@ class ReadContext:
     loo_seconds: float
     attention_tokens: int
     loo_tokens: int
+    spans: tuple[tuple[int, int], ...] = ()
+    """Each passage block's token span [start, end) in the prompt."""
+    response_ids: tuple[int, ...] = ()
+    """The sampled response's token ids: another feature can be read from a readings file without
+    sampling again (the exact `loo` is what costs)."""
 
     @property
     def k(self) -> int:
@@ -84,15 +91,23 @@ def draw_contexts(cases: Sequence[tuple[int, Case]], seed: int,
 
 def read_contexts(lm: LanguageModel, drawn: Sequence[tuple[int, Case, tuple[Passage, ...]]],
                   sampling: SamplingConfig, seed: int, batch_size: int = 8,
-                  progress: Callable[[str], None] | None = None) -> tuple[list[ReadContext], dict[str, int]]:
+                  progress: Callable[[str], None] | None = None,
+                  readings: FitReadings | None = None) -> tuple[list[ReadContext], dict[str, int]]:
     """Sample each context's response, then read its attention features and exact LOO. Contexts
     whose prompt and response do not fit the window, or whose response is empty, are left out
-    (counted in the second value)."""
+    (counted in the second value).
+
+    With `readings`, contexts the file holds are taken from it and each new one is appended as soon
+    as it is read. Responses are sampled in batches of `batch_size` aligned to the item positions
+    (position // batch_size), the same batches however the positions are split between runs, so a
+    resumed or divided fit reads what one uninterrupted run reads."""
+    from ascp.attribution.fit_readings import context_key
     from ascp.attribution.probe import sample_responses
     from ascp.lm.sampling import derive_seed
 
     skipped = {"too_long": 0, "empty_response": 0}
-    prompts, keep = [], []
+    known = readings.load() if readings is not None else {}
+    batches: dict[int, list[tuple[tuple[int, Case, tuple[Passage, ...]], EncodedPrompt]]] = {}
     for entry in drawn:
         prompt = lm.encode_prompt(entry[1].question, entry[2])
         try:
@@ -100,25 +115,39 @@ def read_contexts(lm: LanguageModel, drawn: Sequence[tuple[int, Case, tuple[Pass
         except AscpError:
             skipped["too_long"] += 1
             continue
-        prompts.append(prompt)
-        keep.append(entry)
-    seeds = [derive_seed(seed, f"fit-response:{entry[1].id}") for entry in keep]
-    responses = sample_responses(lm, prompts, sampling, seeds, batch_size)
-    out = []
-    for (position, case, passages), prompt, (text, ids) in zip(keep, prompts, responses, strict=True):
-        if not ids:
-            skipped["empty_response"] += 1
+        batches.setdefault(entry[0] // batch_size, []).append((entry, prompt))
+    total = sum(len(b) for b in batches.values())
+    out: list[ReadContext] = []
+    for batch in batches.values():
+        keys = [context_key(entry[1].id, (p.id for p in entry[2])) for entry, _ in batch]
+        if all(key in known for key in keys):
+            out.extend(known[key] for key in keys)
             continue
-        start = time.perf_counter()
-        read = attention_pass(lm, prompt, ids)
-        middle = time.perf_counter()
-        exact = LeaveOneOut().score(lm, ProbeInput(case.question, passages, prompt, text, ids))
-        end = time.perf_counter()
-        out.append(ReadContext(case.id, position, tuple(p.id for p in passages), read.features,
-                               np.asarray(exact.values, dtype=np.float64), len(ids), prompt.num_tokens,
-                               middle - start, end - middle, read.tokens_processed, exact.tokens_processed))
-        if progress is not None:
-            progress(f"{len(out)}/{len(keep)} contexts read (case {case.id}, k={len(passages)})")
+        seeds = [derive_seed(seed, f"fit-response:{entry[1].id}") for entry, _ in batch]
+        responses = sample_responses(lm, [prompt for _, prompt in batch], sampling, seeds, batch_size)
+        for ((position, case, passages), prompt), (text, ids), key in zip(batch, responses, keys, strict=True):
+            if key in known:
+                out.append(known[key])
+                continue
+            if not ids:
+                skipped["empty_response"] += 1
+                continue
+            start = time.perf_counter()
+            read = attention_pass(lm, prompt, ids)
+            middle = time.perf_counter()
+            exact = LeaveOneOut().score(lm, ProbeInput(case.question, passages, prompt, text, ids))
+            end = time.perf_counter()
+            context = ReadContext(case.id, position, tuple(p.id for p in passages), read.features,
+                                  np.asarray(exact.values, dtype=np.float64), len(ids), prompt.num_tokens,
+                                  middle - start, end - middle, read.tokens_processed, exact.tokens_processed,
+                                  read.spans, tuple(ids))
+            if readings is not None:
+                readings.append(context)
+            out.append(context)
+            if progress is not None:
+                progress(f"{len(out)}/{total} contexts read (case {case.id}, k={len(passages)}, "
+                         f"{end - start:.0f} s)")
+    out.sort(key=lambda c: c.position)
     return out, skipped
 
 

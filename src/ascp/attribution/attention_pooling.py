@@ -52,12 +52,14 @@ class AttentionPass:
     pooling_bytes: the largest working set the pooling held at once (one layer's response-row
         logits and weights in float32 and their boolean mask), next to eager attention's
         layers x heads x T x T weights.
+    spans: each passage block's token span [start, end) in the prompt (`passage_token_spans`).
     """
 
     features: np.ndarray
     full_logprobs: np.ndarray
     tokens_processed: int
     pooling_bytes: int = 0
+    spans: tuple[tuple[int, int], ...] = ()
 
 
 def check_attention_backend(lm: LanguageModel, estimator: str) -> None:
@@ -241,7 +243,8 @@ def attention_pass(lm: LanguageModel, prompt: EncodedPrompt, response: Sequence[
     if store is not None and len(ids) > 1 and tuple(ids) not in store:
         _truncate(cache, len(ids))
         store.put(tuple(ids), holder.snapshot_cache(cache, len(ids)))
-    return AttentionPass(pooling.out, full, tokens_fed(len(ids), len(response)) - keep, pooling.peak_bytes)
+    return AttentionPass(pooling.out, full, tokens_fed(len(ids), len(response)) - keep, pooling.peak_bytes,
+                         tuple(spans))
 
 
 __all__ = ["ATTENTION_BACKENDS", "POOLED_ATTENTION", "AttentionPass", "attention_pass", "check_attention_backend",

@@ -43,12 +43,18 @@ def fit_probe(
     target: Annotated[float, typer.Option("--target", help="Agreement of gated's used with loo's that the band "
                                           "must reach on the development items.")] = 0.99,
     format: Annotated[str, typer.Option("--format", help="auto or a format name (docs/data.md).")] = "auto",
+    readings_path: Annotated[Path | None, typer.Option(
+        "--readings", help="A JSON-lines file that keeps every context read: a rerun reads only the contexts it "
+        "lacks, and processes given disjoint position ranges (split at multiples of 8, the sampling batch) can "
+        "share it.")] = None,
 ) -> None:
     """Fit the attention estimators' map onto exact leave-one-out for one model, and size gated's band."""
     with user_errors():
         from ascp.api import load_model
         from ascp.attribution.attention_fit import draw_contexts, fit_map, read_contexts
+        from ascp.attribution.attention_map import FEATURE, model_digest
         from ascp.attribution.attention_pooling import check_attention_backend
+        from ascp.attribution.fit_readings import FitReadings, context_key
         from ascp.data import load_cases_with_order
         from ascp.experiments.spec import parse_positions
         from ascp.lm.sampling import SamplingConfig
@@ -71,6 +77,8 @@ def fit_probe(
                 raise AscpError(f"{name} must be at least 1, got {value}.")
         if not out_path.parent.exists():
             raise AscpError(f"output folder {out_path.parent} does not exist; create it first.")
+        if readings_path is not None and not readings_path.parent.exists():
+            raise AscpError(f"the folder of --readings {readings_path} does not exist; create it first.")
         sampling = SamplingConfig(max_new_tokens=max_new_tokens)
         splits = {}
         for label, (first, last), limit in (("train", train_range, train_contexts), ("dev", dev_range, dev_contexts)):
@@ -81,12 +89,19 @@ def fit_probe(
         with err.status(f"loading model {model!r}"):
             lm = load_model(model, device=device, backend=backend)
         check_attention_backend(lm, "attention")
+        readings, known = None, {}
+        if readings_path is not None:
+            readings = FitReadings(readings_path, {"feature": FEATURE, "model": model_digest(lm), "data": data.name,
+                                                   "seed": seed, "max_new_tokens": max_new_tokens})
+            known = readings.load()  # a file of other settings is refused before any work
         start = time.perf_counter()
         read = {}
         for label, (_, drawn) in splits.items():
-            err.print(f"{label}: reading {len(drawn)} contexts (attention pass + exact loo)", markup=False,
+            kept = sum(context_key(case.id, (p.id for p in passages)) in known for _, case, passages in drawn)
+            err.print(f"{label}: {len(drawn)} contexts, {len(drawn) - kept} to read (attention pass + exact loo)"
+                      + (f", {kept} kept in {readings_path}" if readings_path is not None else ""), markup=False,
                       highlight=False)
-            read[label] = read_contexts(lm, drawn, sampling, seed, progress=_progress_line(label))
+            read[label] = read_contexts(lm, drawn, sampling, seed, progress=_progress_line(label), readings=readings)
         provenance = {
             "data": str(data), "seed": seed, "max_new_tokens": max_new_tokens, "widths_asked": width_list,
             "train_positions": f"{train_range[0]}-{train_range[1]}", "dev_positions": f"{dev_range[0]}-{dev_range[1]}",
@@ -96,7 +111,14 @@ def fit_probe(
             "positions_used": {label: [c.position for c in contexts] for label, (contexts, _) in read.items()},
         }
         fitted = fit_map(lm, read["train"][0], read["dev"][0], provenance, target)
-        fitted = fitted.with_band(fitted.band, {"seconds": round(time.perf_counter() - start, 1)})
+        contexts = [c for contexts, _ in read.values() for c in contexts]
+        fitted = fitted.with_band(fitted.band, {
+            "seconds": round(time.perf_counter() - start, 1),
+            # what reading the contexts cost when each was read (a refit from --readings feeds nothing)
+            "attention_seconds": round(sum(c.attention_seconds for c in contexts), 1),
+            "loo_seconds": round(sum(c.loo_seconds for c in contexts), 1),
+            "attention_tokens": sum(c.attention_tokens for c in contexts),
+            "loo_tokens": sum(c.loo_tokens for c in contexts)})
         fitted.save(out_path)
         dev = fitted.fit["dev"]
         err.print(f"wrote {out_path}: {dev['contexts']} dev contexts, Spearman with exact loo "

@@ -1,0 +1,128 @@
+"""A fit's readings on disk (`ascp fit-probe --readings FILE`): every context read, one JSON line.
+
+Reading a context (a sampled response, one attention pass, exact leave-one-out) is the whole cost
+of a fit, so each one is kept the moment it is read: a resumed fit reads only the contexts the
+file lacks, two processes given disjoint position ranges can fill one file at once, and a refit
+with other settings (another target, other training positions) feeds no token at all.
+
+Each line is `{"identity": {...}, "context": {...}}`; the context keeps the response's token ids, so
+another feature can be read later without sampling again. The identity (feature layout, model
+digest, data, sampling seed and length limit) decides whether a reading can be reused: a line of
+another identity in the file is refused in one sentence, never mixed in. Lines are appended whole
+under an exclusive lock and synced; a last line cut by a crash is ignored (and cut off by the next
+append), and of two readings of the same context the first is kept
+(`ascp.results.records.keep_first`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ascp.attribution.attention_fit import ReadContext
+from ascp.errors import AscpError
+from ascp.results.records import keep_first
+
+ContextKey = tuple[str, tuple[str, ...]]
+
+
+def context_key(case_id: str, passage_ids: Iterable[str]) -> ContextKey:
+    """What identifies a read context within one identity: the case and its passages in prompt order."""
+    return case_id, tuple(passage_ids)
+
+
+def _as_json(context: ReadContext) -> dict[str, Any]:
+    return {
+        "case_id": context.case_id, "position": context.position, "passage_ids": list(context.passage_ids),
+        "features": np.round(context.features, 9).tolist(), "loo": context.loo.tolist(),
+        "spans": [list(s) for s in context.spans], "response_tokens": context.response_tokens,
+        "prompt_tokens": context.prompt_tokens, "attention_seconds": context.attention_seconds,
+        "loo_seconds": context.loo_seconds, "attention_tokens": context.attention_tokens,
+        "loo_tokens": context.loo_tokens, "response_ids": list(context.response_ids),
+    }
+
+
+def _from_json(row: Mapping[str, Any]) -> ReadContext:
+    return ReadContext(
+        str(row["case_id"]), int(row["position"]), tuple(str(p) for p in row["passage_ids"]),
+        np.asarray(row["features"], dtype=np.float64), np.asarray(row["loo"], dtype=np.float64),
+        int(row["response_tokens"]), int(row["prompt_tokens"]), float(row["attention_seconds"]),
+        float(row["loo_seconds"]), int(row["attention_tokens"]), int(row["loo_tokens"]),
+        tuple((int(a), int(b)) for a, b in row["spans"]), tuple(int(i) for i in row.get("response_ids", ())),
+    )
+
+
+class FitReadings:
+    """The readings file of one fit identity: what it holds, and appending to it."""
+
+    def __init__(self, path: Path, identity: Mapping[str, Any]) -> None:
+        self.path = Path(path)
+        self.identity = dict(identity)
+        if self.path.exists() and self.path.is_dir():
+            raise AscpError(f"readings file {self.path} is a folder; give a file path (a .jsonl file).")
+        if not self.path.parent.exists():
+            raise AscpError(f"the folder of readings file {self.path} does not exist; create it first.")
+
+    def load(self) -> dict[ContextKey, ReadContext]:
+        """The readings in the file by context key (first reading kept). One sentence for a line
+        of another identity or a damaged line before the last."""
+        if not self.path.exists():
+            return {}
+        lines = self.path.read_text(encoding="utf-8").split("\n")
+        rows = []
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                identity, context = row["identity"], _from_json(row["context"])
+            except (ValueError, KeyError, TypeError):
+                if number >= len(lines) - 1:  # the last line, cut while it was written
+                    continue
+                raise AscpError(f"readings file {self.path}, line {number}: not a reading this ascp wrote; "
+                                "remove the line or give another --readings file.") from None
+            if identity != self.identity:
+                differing = sorted(k for k in {*identity, *self.identity} if identity.get(k) != self.identity.get(k))
+                raise AscpError(f"readings file {self.path}, line {number}: read with other settings "
+                                f"({', '.join(differing)} differ), so it cannot be reused here; give another "
+                                "--readings file or the settings it was read with.")
+            rows.append(context)
+        return {context_key(c.case_id, c.passage_ids): c
+                for c in keep_first(rows, key=lambda c: context_key(c.case_id, c.passage_ids))}
+
+    def append(self, context: ReadContext) -> None:
+        """Add one reading: one whole line, under an exclusive lock, synced before returning."""
+        line = json.dumps({"identity": self.identity, "context": _as_json(context)}, separators=(",", ":")) + "\n"
+        with self.path.open("ab") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                _drop_torn_tail(self.path, handle)
+                handle.write(line.encode("utf-8"))
+                handle.flush()
+                os.fsync(handle.fileno())
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _drop_torn_tail(path: Path, handle: Any) -> None:
+    """Cut a last line left unfinished by a writer that died (writers hold the lock for a whole
+    line, so under the lock an unfinished tail is never one still being written)."""
+    size = handle.seek(0, os.SEEK_END)
+    if size == 0:
+        return
+    with path.open("rb") as probe:
+        probe.seek(-1, os.SEEK_END)
+        if probe.read(1) == b"\n":
+            return
+        probe.seek(0)
+        whole = probe.read()
+    handle.truncate(whole.rfind(b"\n") + 1)
+
+
+__all__ = ["ContextKey", "FitReadings", "context_key"]
