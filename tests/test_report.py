@@ -207,6 +207,30 @@ def test_claims_table_in_report(grid_store, tmp_path):
     assert report.tables[1] == "claims"
 
 
+def test_claims_read_the_cells_of_a_run_probed_with_another_estimator(tmp_path):
+    records = []
+    for i in range(8):
+        records.append(unit(c("rotate(k=2,T=4,estimator=gated)"), f"q{i}", 0, 0.6 + 0.01 * i))
+        records.append(unit(c("vanilla(k=2,T=4,estimator=gated)"), f"q{i}", 0, 0.3 + 0.01 * i))
+    claims = (Claim("rotation beats fixed", "rotate(k=2,T=4)", "vanilla(k=2,T=4)", "pr", "+0.1", +1),)
+    report = write_report(write_store(tmp_path / "s", records), tmp_path / "r", n_boot=300, claims=claims)
+    (row,) = json.loads((report.out / "tables" / "tables.json").read_text(encoding="utf-8"))["claims"]["data"]
+    assert row["verdict"] == "reproduced" and "estimator=gated" in row["a"]
+
+
+@pytest.mark.skipif(not (ASQA_ROOT / "asqa" / "asqa_wikidpr_pools.json").is_file(),
+                    reason="the shared ASQA pools (../shared/data/asqa) are absent")
+def test_reproduce_probes_every_cell_with_the_estimator_given():
+    from ascp.report.reproduce import preset_spec
+
+    spec = preset_spec("cpu-small", ASQA_ROOT, limit=2, estimator="gated")
+    assert {cond.estimator for cond in spec.conditions} == {"gated"} and len(spec.conditions) == 10
+    assert "estimator=gated" in spec.text
+    assert {cond.estimator for cond in preset_spec("cpu-small", ASQA_ROOT).conditions} == {"loo"}
+    with pytest.raises(AscpError, match="--estimator: unknown estimator 'nope'"):
+        preset_spec("cpu-small", ASQA_ROOT, estimator="nope")
+
+
 def test_rendering_escapes():
     from ascp.report.tables import Table
 

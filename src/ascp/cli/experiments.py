@@ -237,6 +237,9 @@ def reproduce_command(
     backend: Annotated[str | None, typer.Option("--backend", help="auto, hf or llamacpp (default: the "
                                                 "preset's backend; cpu-small pins hf).")] = None,
     embedder: EmbedderOverrideOpt = None,
+    estimator: Annotated[str | None, typer.Option("--estimator", help="Probe every cell with this estimator "
+                                                  "instead of the preset's loo (e.g. gated); the claims then "
+                                                  "compare those cells.")] = None,
     request_cache: RequestCacheOpt = None,
     executor: ExecutorOpt = "local",
     workers: WorkersOpt = 1,
@@ -253,7 +256,7 @@ def reproduce_command(
         try:
             with bar:
                 result, report = reproduce(preset, out_dir, data_root, limit, progress=progress, on_start=on_start,
-                                           model=model, backend=backend, embedder=embedder,
+                                           model=model, backend=backend, embedder=embedder, estimator=estimator,
                                            request_cache=request_cache, executor=executor, workers=workers,
                                            address=address, **options)
         except KeyboardInterrupt:

@@ -45,12 +45,20 @@ def verdict(est: Estimate | None, sign: int) -> str:
 
 
 def claims_table(frame, claims: tuple[Claim, ...], rng: np.random.Generator, n_boot: int) -> Table | None:
+    from dataclasses import replace
+
     from ascp.experiments.condition import Condition
 
     names = set(frame["condition"])
+    # A run probed with one estimator throughout (`ascp reproduce --estimator`) answers the claims with its cells.
+    probes = {Condition.parse(n).estimator for n in names}
+    probe = probes.pop() if len(probes) == 1 else None
     rows, data = [], []
     for c in claims:
-        a, b = Condition.parse(c.a).name, Condition.parse(c.b).name
+        first, second = (Condition.parse(x) for x in (c.a, c.b))
+        if probe is not None:
+            first, second = replace(first, estimator=probe), replace(second, estimator=probe)
+        a, b = first.name, second.name
         if a not in names or b not in names:
             continue
         est = estimate_difference(paired(frame, a, b, c.metric), rng, n_boot)

@@ -205,15 +205,28 @@ def default_data_root() -> Path:
 
 
 def preset_spec(name: str, data_root: Path, limit: int | None = None, model: str | None = None,
-                backend: str | None = None, embedder: str | None = None, request_cache: str | None = None):
+                backend: str | None = None, embedder: str | None = None, request_cache: str | None = None,
+                estimator: str | None = None):
     """The preset's `ExperimentSpec`, its data paths resolved under `data_root` (checked to exist);
     `model` replaces the preset's generator (a model spec as `--model` takes), `backend` its backend,
-    `embedder` its embedder (a name or folder as `--embedder` takes)."""
-    return load_preset(name, data_root, limit, model, backend, embedder)[0]
+    `embedder` its embedder (a name or folder as `--embedder` takes), `estimator` the probe of every
+    condition (a registered estimator name)."""
+    return load_preset(name, data_root, limit, model, backend, embedder, estimator)[0]
+
+
+def _with_estimator(condition: Any, estimator: str) -> Any:
+    """A preset condition (short name or mapping) probed with `estimator`."""
+    from dataclasses import replace
+
+    from ascp.experiments.condition import Condition
+
+    if isinstance(condition, str):
+        return replace(Condition.parse(condition), estimator=estimator).name
+    return {**condition, "estimator": estimator} if isinstance(condition, dict) else condition
 
 
 def load_preset(name: str, data_root: Path, limit: int | None = None, model: str | None = None,
-                backend: str | None = None, embedder: str | None = None):
+                backend: str | None = None, embedder: str | None = None, estimator: str | None = None):
     """(the preset's spec as `preset_spec` makes it, its `Development` split or None)."""
     import yaml
 
@@ -221,6 +234,12 @@ def load_preset(name: str, data_root: Path, limit: int | None = None, model: str
 
     if name not in PRESET_CLAIMS:
         raise AscpError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}.")
+    if estimator is not None:
+        from ascp.attribution import ESTIMATOR_NAMES
+
+        if estimator not in ESTIMATOR_NAMES:
+            raise AscpError(f"--estimator: unknown estimator {estimator!r}; choose one of "
+                            f"{', '.join(ESTIMATOR_NAMES)}.")
     if embedder is not None:
         from ascp.embed.embedders import EMBEDDER_NAMES, check_embedder
 
@@ -246,7 +265,12 @@ def load_preset(name: str, data_root: Path, limit: int | None = None, model: str
         raw["backend"] = backend
     if embedder is not None:
         raw["embedder"] = embedder
-    changed = limit is not None or model is not None or backend is not None or embedder is not None
+    if estimator is not None:
+        raw["conditions"] = [_with_estimator(c, estimator) for c in raw.get("conditions", [])]
+        if development is not None and "scheduler" in development:
+            development["scheduler"] = _with_estimator(development["scheduler"], estimator)
+    changed = (limit is not None or model is not None or backend is not None or embedder is not None
+               or estimator is not None)
     if changed or development is not None:
         text = yaml.safe_dump(raw, sort_keys=False)
     spec = parse_spec(raw, base=data_root, text=text)
@@ -304,22 +328,26 @@ def preset_report(name: str, out: str | Path, report_out: str | Path | None = No
 def reproduce(name: str, out: str | Path, data_root: str | Path | None = None, limit: int | None = None,
               progress=None, on_start=None, n_boot: int = 10_000, model: str | None = None,
               backend: str | None = None, embedder: str | None = None, request_cache: str | Path | None = None,
-              executor: str = "local", workers: int = 1, address: str | None = None, **ray_options: Any):
+              executor: str = "local", workers: int = 1, address: str | None = None, estimator: str | None = None,
+              **ray_options: Any):
     """Run (or resume) the preset into `out`, then write `out/report` with the paper's signs checked.
 
     `request_cache`: the request cache file (`ascp.lm.request_cache`); None keeps it in the run store,
     `out/requests.sqlite`, so the preset's conditions compute each shared request once and a resumed
-    or repeated run feeds nothing already fed; `"off"` runs without one. A preset with a development
-    split runs, in this order: its test conditions into `out`; the decoder candidates on the development
-    positions into `out/development`; the one-standard-error choice into `out/decoder.json`; the chosen
-    condition, frozen, on the test positions into `out/table10`. Every step resumes. `executor`,
-    `workers`, `address` and `ray_options` are `ascp.experiments.run_experiment`'s."""
+    or repeated run feeds nothing already fed; `"off"` runs without one. `estimator` probes every
+    condition with that estimator instead of the preset's (the claims then compare those cells).
+    A preset with a development split runs, in this order: its test conditions into `out`; the
+    decoder candidates on the development positions into `out/development`; the one-standard-error
+    choice into `out/decoder.json`; the chosen condition, frozen, on the test positions into
+    `out/table10`. Every step resumes. `executor`, `workers`, `address` and `ray_options` are
+    `ascp.experiments.run_experiment`'s."""
     from ascp.experiments.store import check_out_location
 
     out = Path(out)
     check_out_location(out)
     root = Path(data_root) if data_root is not None else default_data_root()
-    spec, development = load_preset(name, root, limit, model=model, backend=backend, embedder=embedder)
+    spec, development = load_preset(name, root, limit, model=model, backend=backend, embedder=embedder,
+                                    estimator=estimator)
     if request_cache is None:
         request_cache = out / "requests.sqlite"
     results = run_frame(spec, development, out, n_boot=n_boot, on_start=on_start, executor=executor,
