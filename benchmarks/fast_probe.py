@@ -17,7 +17,7 @@ proxy-model LOO row (AttriBoT: the embedded model as proxy for the Qwen GGUF of 
 only where that GGUF exists under models/.
 
     python benchmarks/fast_probe.py --out docs/results/fast-probe [--ks 3,5,10,24] [--contexts 3]
-        [--regimes cold,warm]
+        [--regimes cold,warm] [--resume]
 """
 
 from __future__ import annotations
@@ -59,6 +59,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--model", default="default", help="model spec (default: the embedded model)")
     parser.add_argument("--regimes", default="cold,warm", help="cold (store emptied before each estimator), "
                         "warm (store holding the prompt prefix of generation), or both (default)")
+    parser.add_argument("--resume", action="store_true", help="keep the contexts OUT/results.json measured whole "
+                        "(same seed, length and regimes) and measure only the others")
     parser.add_argument("--contextcite-max-k", type=int, default=24,
                         help="run contextcite only up to this width (its 32 masked passes dominate the run)")
     return parser.parse_args(argv)
@@ -125,10 +127,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             fits.append(False)
     drawn = [d for d, ok in zip(drawn, fits, strict=True) if ok]
     prompts = [p for p, ok in zip(prompts, fits, strict=True) if ok]
+    rows: list[dict[str, Any]] = []
+    earlier_generation = 0.0
+    if args.resume and (args.out / "results.json").is_file():  # contexts measured whole by an earlier run
+        earlier = json.loads((args.out / "results.json").read_text())
+        settings = (earlier["seed"], earlier["max_new_tokens"], earlier.get("regimes"))
+        if settings != (args.seed, args.max_new_tokens, regimes):
+            raise SystemExit(f"--resume: {args.out}/results.json was measured with other settings; give another --out.")
+        names = [n for n in estimators if n != "contextcite"]
+        rows = [r for r in earlier["rows"] if all(n in r["estimators"] for n in names)
+                and (r["k"] < max(ks) or "pooling_bytes" in r)]
+        done = {(r["k"], r["position"]) for r in rows}
+        earlier_generation = float(earlier["generation_seconds"])
+        keep = [(k, position) not in done for k, position, _, _ in drawn]
+        drawn = [d for d, ok in zip(drawn, keep, strict=True) if ok]
+        prompts = [p for p, ok in zip(prompts, keep, strict=True) if ok]
+        print(f"--resume: {len(rows)} contexts kept from {args.out}/results.json, {len(drawn)} to measure", flush=True)
     seeds = [derive_seed(args.seed, f"fast-probe:{case.id}") for _, _, case, _ in drawn]
     start = time.perf_counter()
     responses = sample_responses(lm, prompts, sampling, seeds, batch_size=1)  # no padding to the longest
-    generation_seconds = time.perf_counter() - start
+    generation_seconds = earlier_generation + time.perf_counter() - start
     def write(rows: list[dict[str, Any]]) -> tuple[list[str], list[tuple[int, int, int]], tuple[float, ...]]:
         summary = []
         for k in ks:
@@ -191,7 +209,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         plot(summary, regimes, args.out / "cost.png")
         return lines, memory, load
 
-    rows: list[dict[str, Any]] = []
     for index, ((k, position, case, passages), prompt, (text, ids)) in enumerate(
             zip(drawn, prompts, responses, strict=True)):
         if not ids:
@@ -280,6 +297,7 @@ def plot(summary: Sequence[dict[str, Any]], regimes: Sequence[str], path: Path) 
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
