@@ -12,9 +12,10 @@ left there (as in `ascp run`, where the probe follows generation in the same pro
 
 Per estimator and k: agreement of the tau(k) `used` decision with exact `loo` (share of passage
 decisions, and share of contexts whose whole used set is `loo`'s), Spearman correlation of the
-scores with `loo`'s (mean over contexts), and wall seconds and tokens fed per probe. The
-proxy-model LOO row (AttriBoT: the embedded model as proxy for the Qwen GGUF of `make qwen`) runs
-only where that GGUF exists under models/.
+scores with `loo`'s (mean over contexts), and wall seconds and tokens fed per probe. There is no
+proxy-model LOO row (AttriBoT's trick: a small model's LOO standing in for a large one's): it
+needs a second, larger reference model whose own exact LOO is the target, e.g. the Qwen GGUF of
+`make qwen` on llama.cpp, and is not implemented here.
 
     python benchmarks/fast_probe.py --out docs/results/fast-probe [--ks 3,5,10,24] [--contexts 3]
         [--regimes cold,warm] [--resume]
@@ -115,7 +116,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.weights:
         estimators["gated"] = {"weights": args.weights}
         estimators["attention"] = {"weights": args.weights}
-    qwen = sorted((ROOT / "models").glob("*qwen*.gguf")) if (ROOT / "models").is_dir() else []
     sampling = SamplingConfig(max_new_tokens=args.max_new_tokens)
     prompts = [lm.encode_prompt(case.question, passages) for _, _, case, passages in drawn]
     fits = []
@@ -189,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   "contextcite_max_k": args.contextcite_max_k,
                   "left_out_past_window": int(len(fits) - sum(fits)),
                   "seed": args.seed, "max_new_tokens": args.max_new_tokens, "generation_seconds": generation_seconds,
-                  "estimator_options": estimators, "qwen_gguf": [str(p) for p in qwen],
+                  "estimator_options": estimators,
                   "python": platform.python_version(), "machine": machine, "load_average_at_end": load,
                   "memory_at_largest_k": [{"prompt_tokens": t, "pooling_bytes": p, "eager_weights_bytes": e}
                                           for t, p, e in memory],
@@ -275,7 +275,7 @@ def plot(summary: Sequence[dict[str, Any]], regimes: Sequence[str], path: Path) 
     fig, axes = plt.subplots(1, len(regimes), figsize=(6.5 * len(regimes) + 2, 4.5), sharey=True, squeeze=False)
     markers = {3: "o", 5: "s", 10: "^", 24: "D"}
     colors = {"loo": "black", "gated": "tab:red", "attention": "tab:orange", "hierarchical": "tab:blue",
-              "contextcite": "tab:green", "proxy-loo": "tab:purple"}
+              "contextcite": "tab:green"}
     for ax, regime in zip(axes[0], regimes, strict=True):
         for s in summary:
             ax.scatter(s[regime]["time_vs_loo"], s["used_agreement"], marker=markers.get(s["k"], "x"),
