@@ -58,16 +58,22 @@ def _from_json(row: Mapping[str, Any]) -> ReadContext:
     )
 
 
+def check_readings_path(path: Path) -> Path:
+    """`path` as a readings file can use it (a file, or none yet, in a folder that exists), or one sentence."""
+    path = Path(path)
+    if path.is_dir():
+        raise AscpError(f"readings file {path} is a folder; give a file path (a .jsonl file).")
+    if not path.parent.exists():
+        raise AscpError(f"the folder of readings file {path} does not exist; create it first.")
+    return path
+
+
 class FitReadings:
     """The readings file of one fit identity: what it holds, and appending to it."""
 
     def __init__(self, path: Path, identity: Mapping[str, Any]) -> None:
-        self.path = Path(path)
+        self.path = check_readings_path(path)
         self.identity = dict(identity)
-        if self.path.exists() and self.path.is_dir():
-            raise AscpError(f"readings file {self.path} is a folder; give a file path (a .jsonl file).")
-        if not self.path.parent.exists():
-            raise AscpError(f"the folder of readings file {self.path} does not exist; create it first.")
 
     def load(self) -> dict[ContextKey, ReadContext]:
         """The readings in the file by context key (first reading kept). One sentence for a line
@@ -125,4 +131,4 @@ def _drop_torn_tail(path: Path, handle: Any) -> None:
     handle.truncate(whole.rfind(b"\n") + 1)
 
 
-__all__ = ["ContextKey", "FitReadings", "context_key"]
+__all__ = ["ContextKey", "FitReadings", "check_readings_path", "context_key"]

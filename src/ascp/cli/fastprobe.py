@@ -54,7 +54,7 @@ def fit_probe(
         from ascp.attribution.attention_fit import draw_contexts, fit_map, read_contexts
         from ascp.attribution.attention_map import FEATURE, model_digest
         from ascp.attribution.attention_pooling import check_attention_backend
-        from ascp.attribution.fit_readings import FitReadings, context_key
+        from ascp.attribution.fit_readings import FitReadings, check_readings_path, context_key
         from ascp.data import load_cases_with_order
         from ascp.experiments.spec import parse_positions
         from ascp.lm.sampling import SamplingConfig
@@ -77,8 +77,8 @@ def fit_probe(
                 raise AscpError(f"{name} must be at least 1, got {value}.")
         if not out_path.parent.exists():
             raise AscpError(f"output folder {out_path.parent} does not exist; create it first.")
-        if readings_path is not None and not readings_path.parent.exists():
-            raise AscpError(f"the folder of --readings {readings_path} does not exist; create it first.")
+        if readings_path is not None:
+            check_readings_path(readings_path)  # before the model loads
         sampling = SamplingConfig(max_new_tokens=max_new_tokens)
         splits = {}
         for label, (first, last), limit in (("train", train_range, train_contexts), ("dev", dev_range, dev_contexts)):
