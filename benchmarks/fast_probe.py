@@ -62,6 +62,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "warm (store holding the prompt prefix of generation), or both (default)")
     parser.add_argument("--resume", action="store_true", help="keep the contexts OUT/results.json measured whole "
                         "(same seed, length and regimes) and measure only the others")
+    parser.add_argument("--estimators", default=",".join(ESTIMATORS),
+                        help=f"which to measure, loo among them (default all: {','.join(ESTIMATORS)})")
     parser.add_argument("--contextcite-max-k", type=int, default=24,
                         help="run contextcite only up to this width (its 32 masked passes dominate the run)")
     return parser.parse_args(argv)
@@ -112,10 +114,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"--contexts: expected one count of at least 1, or one per --ks entry, got {args.contexts!r}.")
     drawn = draw(cases, ks, per_k, args.seed)
     lm = load_model(args.model, backend="hf")
-    estimators = dict(ESTIMATORS)
+    chosen = [n.strip() for n in args.estimators.split(",") if n.strip()]
+    if "loo" not in chosen or any(n not in ESTIMATORS for n in chosen):
+        raise SystemExit(f"--estimators: a list of {', '.join(ESTIMATORS)} with loo (the reference), got "
+                         f"{args.estimators!r}.")
+    estimators = {n: ESTIMATORS[n] for n in chosen}
     if args.weights:
-        estimators["gated"] = {"weights": args.weights}
-        estimators["attention"] = {"weights": args.weights}
+        estimators.update({n: {"weights": args.weights} for n in ("gated", "attention") if n in estimators})
     sampling = SamplingConfig(max_new_tokens=args.max_new_tokens)
     prompts = [lm.encode_prompt(case.question, passages) for _, _, case, passages in drawn]
     fits = []

@@ -19,7 +19,7 @@ from ascp.attribution.attention_fit import (
 from ascp.attribution.attention_map import FEATURE, SHIPPED, AttentionMap, load_map, map_for, model_digest
 from ascp.attribution.attention_pooling import attention_pass, check_attention_backend, passage_token_spans
 from ascp.attribution.base import ProbeInput
-from ascp.attribution.gated import GatedEstimator, GatedScores, gate
+from ascp.attribution.gated import GatedEstimator, GatedScores, gate, unsettled
 from ascp.attribution.loo import LeaveOneOut
 from ascp.errors import AscpError
 from ascp.lm.tiny import tiny_language_model
@@ -71,7 +71,48 @@ def test_pooled_features_equal_the_eager_reference(lm, random_item):
         assert read.features.sum(axis=0).max() <= 1 + 1e-6  # blocks are disjoint parts of each softmax row
         full = LeaveOneOut().score(lm, item).full_logprobs
         np.testing.assert_allclose(read.full_logprobs, full, atol=1e-4)  # the same pass scores the response
-        assert read.tokens_processed == item.prompt.num_tokens + len(item.response_ids) - 1
+        # the pass over prompt + response, then k knockout passes of the response's length
+        assert read.tokens_processed == item.prompt.num_tokens + len(item.response_ids) - 1 + k * len(item.response_ids)
+
+
+def knockout_reference(lm, item: ProbeInput) -> np.ndarray:
+    """Knockout by hand: one uncached pass of prompt + response per passage with eager attention and
+    an explicit mask that hides the block from the rows predicting the response, and only from them."""
+    import torch
+
+    model = lm.model
+    sequence = [*item.prompt.ids, *item.response_ids[:-1]]
+    start, rows, n = item.prompt.num_tokens - 1, len(item.response_ids), len(sequence)
+    target = torch.tensor(list(item.response_ids))[:, None]
+
+    def mean_logprob(hidden: tuple[int, int] | None) -> float:
+        allowed = torch.ones(n, n).tril().bool()
+        if hidden is not None:
+            allowed[start:, hidden[0]:hidden[1]] = False
+        mask = torch.zeros(1, 1, n, n).masked_fill(~allowed, torch.finfo(torch.float32).min)
+        previous = model.config._attn_implementation
+        model.set_attn_implementation("eager")
+        try:
+            with torch.no_grad():
+                logits = model(input_ids=torch.tensor([sequence]), attention_mask=mask).logits[0, start:]
+        finally:
+            model.set_attn_implementation(previous)
+        return float(torch.log_softmax(logits.double(), -1).gather(-1, target).mean())
+
+    full = mean_logprob(None)
+    assert rows == n - start
+    return np.array([full - mean_logprob(span) for span in passage_token_spans(lm, item.prompt)])
+
+
+def test_knockout_equals_an_uncached_masked_pass(lm, random_item):
+    """The knockout passes run over the cached prompt with an additive mask; the reference feeds the
+    whole sequence again with eager attention and the block hidden from the response rows."""
+    for k, seed in ((1, 3), (4, 5), (6, 8)):
+        item = random_item(lm, k, seed)
+        read = attention_pass(lm, item.prompt, item.response_ids)
+        assert read.knockout.shape == (k,)
+        np.testing.assert_allclose(read.knockout, knockout_reference(lm, item), atol=1e-4)
+        assert np.abs(read.knockout).max() > 1e-3  # hiding a block changes something
 
 
 def test_pooling_on_a_stored_prompt_feeds_the_response_only(random_item):
@@ -83,7 +124,8 @@ def test_pooling_on_a_stored_prompt_feeds_the_response_only(random_item):
     item = random_item(model, 3, 11)
     first = attention_pass(model, item.prompt, item.response_ids)
     again = attention_pass(model, item.prompt, item.response_ids)
-    assert again.tokens_processed == len(item.response_ids)  # the last prompt token and the response
+    assert again.tokens_processed == 4 * len(item.response_ids)  # the last prompt token and the response, 1 + k times
+    np.testing.assert_allclose(again.knockout, first.knockout, atol=1e-5)
     np.testing.assert_allclose(again.features, eager_reference(model, item), atol=1e-5, rtol=0)
     np.testing.assert_allclose(again.full_logprobs, first.full_logprobs, atol=1e-4)
 
@@ -111,7 +153,8 @@ def test_bad_input_is_one_sentence(lm, random_item):
 # ----- the map file ---------------------------------------------------------------------------
 def small_map(lm, band: float = 0.05, **changes) -> AttentionMap:
     rng = np.random.default_rng(0)
-    fields = {"weights": rng.normal(size=(2, 4)), "intercept": 0.01, "band": band, "model_name": "tiny",
+    fields = {"weights": rng.normal(size=(2, 4)), "knockout_weight": 0.9, "intercept": 0.01, "band": band,
+              "model_name": "tiny",
               "fingerprint": lm.fingerprint, "digest": model_digest(lm), "fit": {"train_positions": "0-9"}}
     fields.update(changes)
     return AttentionMap(**fields)
@@ -122,11 +165,13 @@ def test_map_file_round_trip(lm, tmp_path):
     path = fitted.save(tmp_path / "map.json")
     back = load_map(path)
     np.testing.assert_array_equal(back.weights, fitted.weights)
-    assert (back.intercept, back.band, back.fingerprint, back.digest) == (0.01, 0.05, lm.fingerprint, model_digest(lm))
+    assert (back.knockout_weight, back.intercept, back.band, back.fingerprint, back.digest) == (
+        0.9, 0.01, 0.05, lm.fingerprint, model_digest(lm))
     assert back.fit == {"train_positions": "0-9"}
     assert json.loads(path.read_text())["feature"] == FEATURE
-    features = np.random.default_rng(1).random((3, 2, 4))
-    np.testing.assert_allclose(back.predict(features), features.reshape(3, -1) @ fitted.weights.reshape(-1) + 0.01)
+    features, knockout = np.random.default_rng(1).random((3, 2, 4)), np.array([0.1, -0.2, 0.3])
+    np.testing.assert_allclose(back.predict(features, knockout),
+                               features.reshape(3, -1) @ fitted.weights.reshape(-1) + 0.9 * knockout + 0.01)
     back.check_model(lm, "map.json")
 
 
@@ -147,7 +192,8 @@ def test_damaged_or_foreign_map_files_are_one_sentence(lm, tmp_path):
     cases = {
         "cut.json": ("{\"format\": ", "is damaged \\(not readable JSON"),
         "edited.json": (json.dumps({**good, "band": 0.5}), "checksum does not match"),
-        "old.json": (json.dumps({**good, "version": 0}), "version 0 of feature"),
+        "old.json": (json.dumps({**good, "version": 1, "feature": "at2-response-rows-v1"}),
+                     "version 1 of feature 'at2-response-rows-v1'; this ascp reads version 2"),
         "other.json": (json.dumps({"format": "something"}), "is not an ascp attention map"),
     }
     for name, (content, message) in cases.items():
@@ -157,17 +203,46 @@ def test_damaged_or_foreign_map_files_are_one_sentence(lm, tmp_path):
     with pytest.raises(AscpError, match="does not exist"):
         load_map(tmp_path / "missing.json")
     with pytest.raises(AscpError, match="2 x 4 .* weights but the model gives 3 x 4"):
-        small_map(lm).predict(np.zeros((2, 3, 4)))
+        small_map(lm).predict(np.zeros((2, 3, 4)), np.zeros(2))
 
 
 def test_the_shipped_test_map_is_the_tiny_models():
     fitted = load_map(TINY_MAP)
-    assert fitted.weights.shape == (2, 4) and 0 <= fitted.band <= 1
+    assert fitted.weights.shape == (2, 4) and fitted.band >= 0
     assert fitted.fit["dev_positions"] and fitted.fit["train_positions"]
 
 
 # ----- the gate -------------------------------------------------------------------------------
-def test_gate_replaces_close_predictions_until_none_is_close():
+def brute_force_settled(raw: np.ndarray, verified: np.ndarray, tau: float, band: float) -> np.ndarray:
+    """Whether each decision holds at every corner of the box of unverified scores (+-band): the
+    decision as a function of one score, the others fixed, changes once, so the corners bound it."""
+    import itertools
+
+    free = [i for i in range(len(raw)) if not verified[i]]
+    decisions = []
+    for signs in itertools.product((-1.0, 1.0), repeat=len(free)):
+        corner = raw.copy()
+        corner[free] += band * np.asarray(signs)
+        decisions.append(used_mask(normalize(corner), tau))
+    decisions = np.array(decisions)
+    return (decisions == decisions[0]).all(axis=0)
+
+
+def test_a_settled_decision_holds_at_every_corner_of_the_band():
+    rng = np.random.default_rng(4)
+    for _ in range(300):
+        k = int(rng.integers(2, 7))
+        raw = rng.normal(0.05, 0.15, size=k)
+        verified = rng.random(k) < 0.3
+        tau, band = free_threshold(k), float(rng.choice([0.0, 0.01, 0.05, 0.2]))
+        open_ = unsettled(raw, verified, tau, band)
+        settled = brute_force_settled(raw, verified, tau, band)
+        assert not (~open_ & ~verified & ~settled).any()  # what the gate leaves alone cannot flip in the band
+        if band == 0:
+            assert not open_.any()
+
+
+def test_gate_verifies_the_last_passage_then_the_unsettled_until_none_is_left():
     predicted = np.array([0.30, 0.12, 0.08, 0.0])  # normalised 0.6, 0.24, 0.16, 0 against tau(4) = 0.231
     truth = np.array([0.30, 0.20, 0.10, 0.05])
     calls = []
@@ -178,14 +253,16 @@ def test_gate_replaces_close_predictions_until_none_is_close():
 
     cut = free_threshold(4)
     raw, verified = gate(predicted, cut, 0.05, exact)
-    assert calls and all(raw[i] == truth[i] for i in np.flatnonzero(verified))
-    assert not (np.abs(normalize(raw) - cut) <= 0.05)[~verified].any()  # nothing close is left unverified
-    everything, all_verified = gate(predicted, cut, 1.0, lambda idx: truth[idx])
+    assert calls[0] == [3] and verified[3]  # the last block first: its deletion is as cheap as a knockout
+    assert all(raw[i] == truth[i] for i in np.flatnonzero(verified))
+    assert not unsettled(raw, verified, cut, 0.05).any()  # every decision left to the prediction is settled
+    everything, all_verified = gate(predicted, cut, float("inf"), lambda idx: truth[idx])
     np.testing.assert_array_equal(everything, truth)
     assert all_verified.all()
-    untouched, none = gate(predicted, cut, 0.0, exact)
-    np.testing.assert_array_equal(untouched, predicted)
-    assert not none.any()
+    calls.clear()
+    untouched, only_last = gate(predicted, cut, 0.0, exact)
+    np.testing.assert_array_equal(untouched[:3], predicted[:3])
+    assert calls == [[3]] and only_last.tolist() == [False, False, False, True]
 
 
 def test_gated_equals_loo_on_every_verified_passage(lm, random_item, tmp_path):
@@ -194,7 +271,7 @@ def test_gated_equals_loo_on_every_verified_passage(lm, random_item, tmp_path):
     for k, seed in ((3, 21), (5, 22), (6, 23)):
         item = random_item(lm, k, seed)
         exact = np.asarray(loo.score(lm, item).values)
-        everything = GatedEstimator(weights=path, band=1.0).score(lm, item)
+        everything = GatedEstimator(weights=path, band=float("inf")).score(lm, item)
         assert isinstance(everything, GatedScores) and everything.extra["verified"] == k
         np.testing.assert_allclose(everything.values, exact, atol=1e-6)
         cut = free_threshold(k)
@@ -216,11 +293,11 @@ def test_gated_through_the_api_the_probe_and_the_cli(lm, tmp_path, cli, tiny_mod
                 for i in range(3)]
     response = "the author was born in 1850."
     loo = ascp.attribute("who wrote it?", passages, response, model=lm, estimator="loo")
-    gated = ascp.attribute("who wrote it?", passages, response, model=lm, estimator="gated", band=1.0)
+    gated = ascp.attribute("who wrote it?", passages, response, model=lm, estimator="gated", band=float("inf"))
     assert gated.estimator == "gated" and gated.unit == "nats/token"
     np.testing.assert_allclose(list(gated.scores.values()), list(loo.scores.values()), atol=1e-6)
     assert gated.used == loo.used
-    assert gated.extra["verified"] == 3  # band 1 verifies every passage, and the result says so
+    assert gated.extra["verified"] == 3  # an infinite band verifies every passage, and the result says so
     probe = ascp.Probe(lm, "gated")  # the shipped map of the tiny test model and its band
     assert set(probe.attribute("who wrote it?", passages, response).scores) == {"d0", "d1", "d2"}
     requests = tmp_path / "requests.jsonl"
@@ -243,19 +320,21 @@ def synthetic_contexts(n: int, seed: int, noise: float = 0.0) -> tuple[list[Read
     for i in range(n):
         k = int(rng.choice([3, 5]))
         features = rng.random((k, 2, 3)) / k
-        loo = features.reshape(k, -1) @ weights.reshape(-1) + 0.02 + noise * rng.normal(size=k)
+        knockout = rng.normal(scale=0.1, size=k)
+        loo = (features.reshape(k, -1) @ weights.reshape(-1) + 0.8 * knockout + 0.02
+               + noise * rng.normal(size=k))
         out.append(ReadContext(f"c{i}", i, tuple(f"p{j}" for j in range(k)), features, loo, 5, 50, 0.1, 0.5,
-                               54, 300))
+                               54, 300, knockout=knockout))
     return out, weights
 
 
 def test_fit_recovers_a_linear_map_and_the_band_reaches_its_target(lm):
     train, weights = synthetic_contexts(80, 0)
-    fitted_weights, intercept, _ = fit_weights(train)
+    fitted_weights, knockout_weight, intercept, _ = fit_weights(train)
     np.testing.assert_allclose(fitted_weights, weights, atol=0.05)
-    assert abs(intercept - 0.02) < 0.02
+    assert abs(knockout_weight - 0.8) < 0.05 and abs(intercept - 0.02) < 0.02
     noisy, _ = synthetic_contexts(40, 1, noise=0.05)
-    fitted = small_map(lm, band=1.0, weights=fitted_weights, intercept=intercept)
+    fitted = small_map(lm, weights=fitted_weights, knockout_weight=knockout_weight, intercept=intercept)
     band = size_band(fitted, noisy, 0.99)
     reached, verified = agreement(fitted, noisy, band)
     assert reached >= 0.99 and 0 < verified <= 1
@@ -293,7 +372,7 @@ def test_fit_probe_writes_a_map_keyed_by_the_model(cli, tiny_model_dir, tmp_path
     fitted = load_map(out)
     assert fitted.fit["train_positions"] == "0-9" and fitted.fit["dev_positions"] == "10-13"
     assert set(fitted.fit["positions_used"]["dev"]) <= {10, 11, 12, 13}
-    assert "spearman_attention" in fitted.fit["dev"] and 0 <= fitted.band <= 1
+    assert "spearman_attention" in fitted.fit["dev"] and fitted.band >= 0
     from ascp.api import load_model
 
     fitted.check_model(load_model(str(tiny_model_dir), backend="hf"), str(out))
@@ -304,7 +383,7 @@ def test_fit_probe_writes_a_map_keyed_by_the_model(cli, tiny_model_dir, tmp_path
 
 def test_fit_readings_resume_and_divide_to_the_uninterrupted_reading(lm, tmp_path):
     from ascp.attribution.attention_fit import read_contexts
-    from ascp.attribution.fit_readings import FitReadings
+    from ascp.attribution.fit_readings import READINGS_FEATURE, FitReadings
     from ascp.lm.sampling import SamplingConfig
 
     rng = np.random.default_rng(3)
@@ -315,7 +394,7 @@ def test_fit_readings_resume_and_divide_to_the_uninterrupted_reading(lm, tmp_pat
     drawn = draw_contexts(cases, 0, (3, 5))
     sampling = SamplingConfig(max_new_tokens=4)
     whole, _ = read_contexts(lm, drawn, sampling, seed=0, batch_size=4)
-    identity = {"feature": FEATURE, "model": model_digest(lm), "seed": 0}
+    identity = {"feature": READINGS_FEATURE, "model": model_digest(lm), "seed": 0}
     path = tmp_path / "readings.jsonl"
     readings = FitReadings(path, identity)
     first = [d for d in drawn if d[0] < 8]  # two runs on ranges aligned to the batch size share one file
@@ -331,10 +410,31 @@ def test_fit_readings_resume_and_divide_to_the_uninterrupted_reading(lm, tmp_pat
         assert len(a.response_ids) == a.response_tokens > 0
         np.testing.assert_allclose(a.features, b.features, rtol=1e-6, atol=1e-9)
         np.testing.assert_allclose(a.loo, b.loo, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(a.knockout, b.knockout, rtol=1e-6, atol=1e-9)
     lines = path.read_text().splitlines()
     assert len(lines) == len(whole)  # each context once; the torn line was cut by the next append
     again, _ = read_contexts(lm, drawn, sampling, seed=0, batch_size=4, readings=readings)
     assert path.read_text().splitlines() == lines and len(again) == len(whole)  # nothing read twice
+
+    # readings made before knockout scores existed (no knockout, no response ids) are completed: the
+    # response sampled again, its knockout read, its exact loo kept; the completed line is what counts
+    older = tmp_path / "older.jsonl"
+    stripped = []
+    for line in lines:
+        row = json.loads(line)
+        row["context"].pop("knockout")
+        row["context"].pop("response_ids")
+        row["context"]["loo"] = [value + 1.0 for value in row["context"]["loo"]]  # marks the loo as the file's
+        stripped.append(json.dumps(row))
+    older.write_text("\n".join(stripped) + "\n")
+    completed, _ = read_contexts(lm, drawn, sampling, seed=0, batch_size=4, readings=FitReadings(older, identity))
+    for a, b in zip(completed, whole, strict=True):
+        np.testing.assert_allclose(a.knockout, b.knockout, rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(a.loo, b.loo + 1.0, rtol=1e-9, atol=1e-12)  # not read again
+        assert a.response_ids == b.response_ids
+    assert len(older.read_text().splitlines()) == 2 * len(whole)
+    reloaded = FitReadings(older, identity).load()
+    assert all(c.knockout is not None for c in reloaded.values()) and len(reloaded) == len(whole)
 
     with pytest.raises(AscpError, match="seed differ"):
         FitReadings(path, {**identity, "seed": 1}).load()

@@ -1,7 +1,8 @@
 """The one-pass attention estimator (`attention`): AT2's pooled attention, mapped onto exact LOO.
 
 One forward pass over prompt + response (`ascp.attribution.attention_pooling`) gives, per passage
-block, the attention mass of the response rows per (layer, head); the model's fitted map
+block, the attention mass of the response rows per (layer, head), and k passes of the response's
+length over the stored prompt give each block's knockout score; the model's fitted map
 (`ascp.attribution.attention_map`) turns it into a predicted `loo` score in nats per response
 token, so the reading (normalised scores, tau(k), used) keeps `loo`'s meaning. The prediction has
 no per-example guarantee: `gated` (`ascp.attribution.gated`) re-scores the close decisions exactly.
@@ -43,7 +44,7 @@ class AttentionEstimator(Estimator):
     def score(self, lm: LanguageModel, item: ProbeInput) -> Scores:
         fitted = self.attention_map(lm)
         read = attention_pass(lm, item.prompt, item.response_ids, self.name)
-        return Scores(values=fitted.predict(read.features), tokens_processed=read.tokens_processed,
+        return Scores(values=fitted.predict(read.features, read.knockout), tokens_processed=read.tokens_processed,
                       full_logprobs=read.full_logprobs)
 
 

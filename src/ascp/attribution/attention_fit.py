@@ -4,22 +4,24 @@ Contexts are built from a data file's training positions (by default HotpotQA 0-
 never sees ASQA, whose pools the fast-probe benchmark uses): per item a width k drawn from
 `FIT_WIDTHS` among those its pool allows, k passages drawn from the pool in random order, and the
 model's own sampled response. Each context is read twice: one attention pass (the features) and
-exact deletion `loo` (the labels, nats per response token). The attention pass leaves the full
-prompt in the prefix store, so `loo` feeds the prompt once.
+exact deletion `loo` (the labels, nats per response token). The attention pass (with its knockout
+passes) leaves the full prompt in the prefix store, so `loo` feeds the prompt once.
 
 The map is a ridge regression with an intercept, alpha chosen by cross-validation: LOO scores are
 signed (a passage can lower the response's likelihood), the (layer, head) features are many and
 strongly collinear for a few hundred contexts, and ridge's closed form fits in a second; a
-non-negative least squares would force every head to count positively. The gated estimator's band
-is then the smallest margin whose gate, replayed on the development split with its exact scores,
-agrees with `loo`'s `used` on at least `TARGET_AGREEMENT` of the passage decisions.
+non-negative least squares would force every head to count positively. The knockout score is one
+more column, left unpenalised in effect (it is on `loo`'s own scale, so its standardised weight is
+large next to any single head's). The gated estimator's band is then the smallest margin (nats per
+response token) whose gate, replayed on the development split with its exact scores, agrees with
+`loo`'s `used` on at least `TARGET_AGREEMENT` of the passage decisions.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -41,12 +43,13 @@ if TYPE_CHECKING:
 
 FIT_WIDTHS = (3, 5, 10, 24)
 TARGET_AGREEMENT = 0.99
-BAND_GRID = tuple(float(b) for b in np.round(np.arange(0.0, 1.0 + 1e-9, 0.0025), 4))
+BAND_GRID = tuple(float(b) for b in np.round(np.arange(0.0, 0.5 + 1e-9, 0.0025), 4))
+"""The bands `size_band` tries, in nats per response token (none reaching the target: an infinite band)."""
 
 
 @dataclass(frozen=True)
 class ReadContext:
-    """One context read both ways: features (k, layers, heads) and exact LOO (k,)."""
+    """One context read both ways: features (k, layers, heads) and knockout scores (k,), and exact LOO (k,)."""
 
     case_id: str
     position: int
@@ -64,10 +67,19 @@ class ReadContext:
     response_ids: tuple[int, ...] = ()
     """The sampled response's token ids: another feature can be read from a readings file without
     sampling again (the exact `loo` is what costs)."""
+    knockout: np.ndarray | None = None
+    """Knockout scores (k,); None in a reading made before they were read (`read_contexts` adds them)."""
 
     @property
     def k(self) -> int:
         return len(self.passage_ids)
+
+    def predicted(self, fitted: AttentionMap) -> np.ndarray:
+        """The map's prediction of this context's exact LOO scores."""
+        if self.knockout is None:
+            raise AscpError(f"the reading of case {self.case_id!r} has no knockout scores; complete it with "
+                            "ascp fit-probe --readings FILE.")
+        return fitted.predict(self.features, self.knockout)
 
 
 def draw_contexts(cases: Sequence[tuple[int, Case]], seed: int,
@@ -120,14 +132,15 @@ def read_contexts(lm: LanguageModel, drawn: Sequence[tuple[int, Case, tuple[Pass
     out: list[ReadContext] = []
     for batch in batches.values():
         keys = [context_key(entry[1].id, (p.id for p in entry[2])) for entry, _ in batch]
-        if all(key in known for key in keys):
+        if all(key in known and known[key].knockout is not None for key in keys):
             out.extend(known[key] for key in keys)
             continue
         seeds = [derive_seed(seed, f"fit-response:{entry[1].id}") for entry, _ in batch]
         responses = sample_responses(lm, [prompt for _, prompt in batch], sampling, seeds, batch_size)
         for ((position, case, passages), prompt), (text, ids), key in zip(batch, responses, keys, strict=True):
-            if key in known:
-                out.append(known[key])
+            earlier = known.get(key)
+            if earlier is not None and earlier.knockout is not None:
+                out.append(earlier)
                 continue
             if not ids:
                 skipped["empty_response"] += 1
@@ -135,12 +148,17 @@ def read_contexts(lm: LanguageModel, drawn: Sequence[tuple[int, Case, tuple[Pass
             start = time.perf_counter()
             read = attention_pass(lm, prompt, ids)
             middle = time.perf_counter()
-            exact = LeaveOneOut().score(lm, ProbeInput(case.question, passages, prompt, text, ids))
+            if earlier is not None:  # read before knockout scores existed: add them, keep its exact loo
+                check_same_reading(earlier, read.features, ids)
+                context = replace(earlier, knockout=read.knockout, response_ids=tuple(ids),
+                                  attention_seconds=middle - start, attention_tokens=read.tokens_processed)
+            else:
+                exact = LeaveOneOut().score(lm, ProbeInput(case.question, passages, prompt, text, ids))
+                context = ReadContext(case.id, position, tuple(p.id for p in passages), read.features,
+                                      np.asarray(exact.values, dtype=np.float64), len(ids), prompt.num_tokens,
+                                      middle - start, time.perf_counter() - middle, read.tokens_processed,
+                                      exact.tokens_processed, read.spans, tuple(ids), read.knockout)
             end = time.perf_counter()
-            context = ReadContext(case.id, position, tuple(p.id for p in passages), read.features,
-                                  np.asarray(exact.values, dtype=np.float64), len(ids), prompt.num_tokens,
-                                  middle - start, end - middle, read.tokens_processed, exact.tokens_processed,
-                                  read.spans, tuple(ids))
             if readings is not None:
                 readings.append(context)
             out.append(context)
@@ -151,27 +169,46 @@ def read_contexts(lm: LanguageModel, drawn: Sequence[tuple[int, Case, tuple[Pass
     return out, skipped
 
 
-def fit_weights(contexts: Sequence[ReadContext]) -> tuple[np.ndarray, float, float]:
-    """Ridge regression of exact LOO on the flattened features (standardised, alpha by 5-fold CV);
-    returns (weights of shape (layers, heads) on the raw features, intercept, alpha)."""
+def check_same_reading(earlier: ReadContext, features: np.ndarray, response: Sequence[int]) -> None:
+    """One sentence unless a context read again is the one read before: the same response (its ids
+    where the reading kept them, else its length) and the same attention features."""
+    same_response = (tuple(response) == earlier.response_ids if earlier.response_ids
+                     else len(response) == earlier.response_tokens)
+    if not same_response or not np.allclose(features, earlier.features, rtol=1e-4, atol=1e-6):
+        raise AscpError(f"case {earlier.case_id!r}: the response sampled again differs from the one in the readings "
+                        "file, so its knockout scores cannot join that reading's exact loo; read it anew with "
+                        "another --readings file.")
+
+
+def fit_weights(contexts: Sequence[ReadContext]) -> tuple[np.ndarray, float, float, float]:
+    """Exact LOO on the knockout score by least squares, then the residual on the flattened attention
+    features by ridge regression (standardised, alpha by 5-fold CV). Returns (weights of shape
+    (layers, heads) on the raw features, knockout weight, intercept, alpha)."""
     from sklearn.linear_model import RidgeCV
 
     if not contexts:
         raise AscpError("no context could be read for the fit; give more training positions.")
+    missing = [c.case_id for c in contexts if c.knockout is None]
+    if missing:
+        raise AscpError(f"{len(missing)} readings (case {missing[0]!r} first) have no knockout scores; read them "
+                        "with ascp fit-probe --readings FILE, which adds them.")
     shape = contexts[0].features.shape[1:]
     x = np.concatenate([c.features.reshape(c.k, -1) for c in contexts])
+    knockout = np.concatenate([np.asarray(c.knockout) for c in contexts])
     y = np.concatenate([c.loo for c in contexts])
+    slope, offset = np.polyfit(knockout, y, 1) if np.ptp(knockout) > 0 else (0.0, float(y.mean()))
+    residual = y - slope * knockout - offset
     mean, scale = x.mean(axis=0), x.std(axis=0)
     scale[scale == 0] = 1.0
-    ridge = RidgeCV(alphas=np.logspace(-3, 4, 22), cv=min(5, len(y))).fit((x - mean) / scale, y)
+    ridge = RidgeCV(alphas=np.logspace(-3, 4, 22), cv=min(5, len(y))).fit((x - mean) / scale, residual)
     weights = ridge.coef_ / scale
-    intercept = float(ridge.intercept_ - (mean / scale) @ ridge.coef_)
-    return weights.reshape(shape), intercept, float(ridge.alpha_)
+    intercept = float(offset + ridge.intercept_ - (mean / scale) @ ridge.coef_)
+    return weights.reshape(shape), float(slope), intercept, float(ridge.alpha_)
 
 
 def gated_reading(fitted: AttentionMap, context: ReadContext, band: float) -> tuple[np.ndarray, np.ndarray]:
     """The gate replayed on a read context (its exact scores stand in for the exact passes)."""
-    return gate(fitted.predict(context.features), free_threshold(context.k), band,
+    return gate(context.predicted(fitted), free_threshold(context.k), band,
                 lambda indices: context.loo[indices])
 
 
@@ -182,7 +219,7 @@ def agreement(fitted: AttentionMap, contexts: Sequence[ReadContext], band: float
     for c in contexts:
         cut = free_threshold(c.k)
         if band is None:
-            raw, exact = fitted.predict(c.features), np.zeros(c.k, dtype=bool)
+            raw, exact = c.predicted(fitted), np.zeros(c.k, dtype=bool)
         else:
             raw, exact = gated_reading(fitted, c, band)
         same += int((used_mask(normalize(raw), cut) == used_mask(normalize(c.loo), cut)).sum())
@@ -192,11 +229,12 @@ def agreement(fitted: AttentionMap, contexts: Sequence[ReadContext], band: float
 
 
 def size_band(fitted: AttentionMap, dev: Sequence[ReadContext], target: float = TARGET_AGREEMENT) -> float:
-    """The smallest band of `BAND_GRID` whose gate agrees with `loo` on >= `target` of the dev decisions."""
+    """The smallest band of `BAND_GRID` whose gate agrees with `loo` on >= `target` of the dev decisions
+    (none: an infinite band, which verifies every passage)."""
     for band in BAND_GRID:
         if agreement(fitted, dev, band)[0] >= target:
             return band
-    return 1.0
+    return float("inf")
 
 
 def spearman(fitted: AttentionMap | None, contexts: Sequence[ReadContext], band: float | None = None) -> float:
@@ -205,7 +243,7 @@ def spearman(fitted: AttentionMap | None, contexts: Sequence[ReadContext], band:
 
     if fitted is None or not contexts:
         return float("nan")
-    predicted = [gated_reading(fitted, c, band)[0] if band is not None else fitted.predict(c.features)
+    predicted = [gated_reading(fitted, c, band)[0] if band is not None else c.predicted(fitted)
                  for c in contexts]
     rho = spearmanr(np.concatenate(predicted), np.concatenate([c.loo for c in contexts]))[0]
     return float(rho)
@@ -235,14 +273,16 @@ def fit_map(lm: LanguageModel, train: Sequence[ReadContext], dev: Sequence[ReadC
     if not dev:
         raise AscpError("no development context could be read, so the gated band cannot be sized; give more "
                         "development positions.")
-    weights, intercept, alpha = fit_weights(train)
+    weights, knockout, intercept, alpha = fit_weights(train)
     fingerprint = getattr(lm, "fingerprint", None) or ""
-    fitted = AttentionMap(weights, intercept, 1.0, str(getattr(lm, "name", "?")), fingerprint, model_digest(lm))
+    fitted = AttentionMap(weights, knockout, intercept, float("inf"), str(getattr(lm, "name", "?")), fingerprint,
+                          model_digest(lm))
     band = size_band(fitted, dev, target)
     fit = {**provenance, "ridge_alpha": alpha, "target_agreement": target,
            "train": describe_split(fitted, train, band), "dev": describe_split(fitted, dev, band)}
     return fitted.with_band(band, fit)
 
 
-__all__ = ["BAND_GRID", "FIT_WIDTHS", "TARGET_AGREEMENT", "ReadContext", "agreement", "describe_split",
+__all__ = ["BAND_GRID", "FIT_WIDTHS", "TARGET_AGREEMENT", "ReadContext", "agreement", "check_same_reading",
+           "describe_split",
            "draw_contexts", "fit_map", "fit_weights", "gated_reading", "read_contexts", "size_band", "spearman"]

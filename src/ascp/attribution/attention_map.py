@@ -1,9 +1,10 @@
-"""The fitted map from pooled attention features to exact leave-one-out, one small JSON file per model.
+"""The fitted map from one-pass features to exact leave-one-out, one small JSON file per model.
 
-A map is a linear function of the (layer, head) attention masses of one passage block
-(`ascp.attribution.attention_pooling`) onto that passage's exact `loo` score, in nats per response
-token, so the probe's reading (normalised scores, tau(k), `used`) means what it means for `loo`.
-It also carries the gated estimator's margin band, sized on the fit's development split.
+A map is a linear function of one passage block's features (`ascp.attribution.attention_pooling`):
+its (layer, head) attention masses and its knockout score, onto that passage's exact `loo` score,
+in nats per response token, so the probe's reading (normalised scores, tau(k), `used`) means what
+it means for `loo`. It also carries the gated estimator's band (nats per response token: how far
+an exact score may lie from the map's prediction), sized on the fit's development split.
 
 The file is keyed by the model it was fitted on: the model's declared `fingerprint` and, because
 that names a file by its path and modification time, a digest of the model's parameters (the
@@ -11,8 +12,10 @@ portable identity: the shipped map of the embedded model matches its weights on 
 Loading it for another model, another feature version or a damaged file is one sentence.
 
 File layout (`FORMAT`, `VERSION`): {"format", "version", "feature", "model": {"name",
-"fingerprint", "digest", "layers", "heads"}, "map": {"weights": [layers x heads], "intercept"},
-"band", "fit": {what it was fitted on and how well it did}, "sha256": of the rest}.
+"fingerprint", "digest", "layers", "heads"}, "map": {"weights": [layers x heads], "knockout",
+"intercept"},
+"band" (nats per response token; null: infinite, every passage verified), "fit": {what it was
+fitted on and how well it did}, "sha256": of the rest}.
 """
 
 from __future__ import annotations
@@ -32,19 +35,22 @@ if TYPE_CHECKING:
     from ascp.lm.protocol import LanguageModel
 
 FORMAT = "ascp-attention-map"
-VERSION = 1
-FEATURE = "at2-response-rows-v1"
-"""The feature the map reads: mean over the rows predicting the response, sum over a block's tokens,
-softmax over all keys (the first token's sink included), per (layer, head)."""
+VERSION = 2
+FEATURE = "at2-response-rows+knockout-v2"
+"""The features the map reads: per (layer, head), the attention mass (mean over the rows predicting
+the response, sum over a block's tokens, softmax over all keys, the first token's sink included),
+and the block's knockout score (nats per response token)."""
 SHIPPED = Path(__file__).resolve().parent.parent / "resources" / "attention_maps"
 """Where the maps fitted for the embedded model ship."""
 
 
 @dataclass(frozen=True)
 class AttentionMap:
-    """A fitted linear map for one model: raw(d) = features(d) . weights + intercept."""
+    """A fitted linear map for one model: raw(d) = features(d) . weights + knockout(d) * knockout_weight
+    + intercept."""
 
     weights: np.ndarray  # shape (layers, heads)
+    knockout_weight: float
     intercept: float
     band: float
     model_name: str
@@ -60,26 +66,30 @@ class AttentionMap:
     def heads(self) -> int:
         return int(self.weights.shape[1])
 
-    def predict(self, features: np.ndarray) -> np.ndarray:
-        """Predicted exact-LOO score per passage from features of shape (k, layers, heads)."""
+    def predict(self, features: np.ndarray, knockout: np.ndarray) -> np.ndarray:
+        """Predicted exact-LOO score per passage from attention features of shape (k, layers, heads)
+        and knockout scores of shape (k,)."""
         features = np.asarray(features, dtype=np.float64)
+        knockout = np.asarray(knockout, dtype=np.float64)
         if features.shape[1:] != self.weights.shape:
             raise AscpError(f"the attention map holds {self.layers} x {self.heads} (layer, head) weights but the model "
                             f"gives {features.shape[1]} x {features.shape[2]}; fit a map for this model "
                             "(ascp fit-probe).")
-        return features.reshape(len(features), -1) @ self.weights.reshape(-1) + self.intercept
+        return (features.reshape(len(features), -1) @ self.weights.reshape(-1) + knockout * self.knockout_weight
+                + self.intercept)
 
     def with_band(self, band: float, fit: Mapping[str, Any] | None = None) -> AttentionMap:
-        return AttentionMap(self.weights, self.intercept, float(band), self.model_name, self.fingerprint, self.digest,
-                            {**self.fit, **(fit or {})})
+        return AttentionMap(self.weights, self.knockout_weight, self.intercept, float(band), self.model_name,
+                            self.fingerprint, self.digest, {**self.fit, **(fit or {})})
 
     def payload(self) -> dict[str, Any]:
         body: dict[str, Any] = {
             "format": FORMAT, "version": VERSION, "feature": FEATURE,
             "model": {"name": self.model_name, "fingerprint": self.fingerprint, "digest": self.digest,
                       "layers": self.layers, "heads": self.heads},
-            "map": {"weights": self.weights.tolist(), "intercept": float(self.intercept)},
-            "band": float(self.band),
+            "map": {"weights": self.weights.tolist(), "knockout": float(self.knockout_weight),
+                    "intercept": float(self.intercept)},
+            "band": float(self.band) if np.isfinite(self.band) else None,  # None: every passage verified
             "fit": dict(self.fit),
         }
         return {**body, "sha256": _digest(body)}
@@ -149,8 +159,12 @@ def load_map(path: str | Path) -> AttentionMap:
         weights = np.asarray(fitted["weights"], dtype=np.float64)
         if weights.shape != (int(model["layers"]), int(model["heads"])) or not np.isfinite(weights).all():
             raise ValueError("weights do not match the model's layers x heads")
-        return AttentionMap(weights, float(fitted["intercept"]), float(data["band"]), str(model["name"]),
-                            str(model["fingerprint"]), str(model["digest"]), dict(data.get("fit") or {}))
+        knockout, intercept = float(fitted["knockout"]), float(fitted["intercept"])
+        band = float("inf") if data["band"] is None else float(data["band"])
+        if not all(np.isfinite([knockout, intercept])) or not band >= 0:
+            raise ValueError("the knockout weight, intercept or band is not a finite number")
+        return AttentionMap(weights, knockout, intercept, band, str(model["name"]), str(model["fingerprint"]),
+                            str(model["digest"]), dict(data.get("fit") or {}))
     except (KeyError, TypeError, ValueError) as exc:
         raise AscpError(f"attention map {path} is damaged ({exc}); fit it again with ascp fit-probe.") from None
 

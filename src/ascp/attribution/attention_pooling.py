@@ -14,6 +14,13 @@ keys (`repeat_kv`), applies the layer's `scaling`, the causal rule and any mask 
 in float32. The first token's attention sink lies in the prompt's head segment, never in a block,
 so it is left in the softmax's denominator (as AT2 leaves it) and counted in no passage.
 
+The same call then reads each passage's **knockout**: the response rows fed again over the full
+prompt's cached keys and values with the passage's keys hidden from them (an additive mask), so the
+response can no longer read the passage while every prompt token keeps what it read. The drop in
+mean log-probability per response token is an intervention on the same scale as exact `loo` (nats
+per response token) that misses only the passage's influence through the later prompt tokens; it
+costs k passes of the response's length over the stored prompt, not k passes over the prompt.
+
 Only in-process transformers models give a pass whose attention can be intercepted
 (`ATTENTION_BACKENDS`); llama.cpp and the served engines (vLLM, SGLang) expose neither hidden states
 nor attention, so the attention estimators refuse them with one sentence.
@@ -47,6 +54,8 @@ class AttentionPass:
     """What one pass over prompt + response gives.
 
     features: shape (k, layers, heads), the pooled attention mass per passage block.
+    knockout: shape (k,), mean log-probability per response token lost when the response rows
+        cannot attend to the passage (the prompt's own states unchanged); nats per response token.
     full_logprobs: shape (R,), log p(response token | full prompt, earlier response tokens).
     tokens_processed: tokens fed (`tokens_fed`, less a prompt prefix taken from the prefix store).
     pooling_bytes: the largest working set the pooling held at once (one layer's response-row
@@ -56,6 +65,7 @@ class AttentionPass:
     """
 
     features: np.ndarray
+    knockout: np.ndarray
     full_logprobs: np.ndarray
     tokens_processed: int
     pooling_bytes: int = 0
@@ -186,9 +196,40 @@ def _truncate(cache: Any, keep: int) -> None:
         cache.crop(-extra)
 
 
+def knockout_scores(holder: Any, cache: Any, ids: Sequence[int], response: Sequence[int],
+                    spans: Sequence[tuple[int, int]], full: np.ndarray) -> tuple[np.ndarray, int]:
+    """Per passage span, mean(full) minus the mean log-probability of `response` when its rows
+    cannot attend to the span's keys; `cache` holds at least the prompt's first len(ids) - 1
+    positions and is left holding exactly those. Returns (scores, tokens fed)."""
+    import torch
+
+    model = holder.model
+    keep, n = len(ids) - 1, len(response)
+    dtype = next(model.parameters()).dtype
+    blocked = torch.finfo(dtype).min
+    feed = torch.tensor([[ids[-1], *response[:-1]]], dtype=torch.long, device=holder.device)
+    positions = torch.arange(keep, keep + n, device=holder.device)[None]
+    base = torch.zeros(1, 1, n, keep + n, dtype=dtype, device=holder.device)
+    base[0, 0, :, keep:] = torch.full((n, n), blocked, dtype=dtype, device=holder.device).triu(1)
+    target = torch.tensor(list(response), dtype=torch.long, device=holder.device)[:, None]
+    out = np.empty(len(spans))
+    for j, (a, b) in enumerate(spans):
+        _truncate(cache, keep)
+        mask = base.clone()
+        mask[0, 0, :, a:b] = blocked
+        with torch.inference_mode():
+            logits = model(input_ids=feed, cache=cache, use_cache=True, attention_mask=mask, position_ids=positions,
+                           logits_to_keep=n).logits
+        hidden = torch.log_softmax(logits[0].to(torch.float64), dim=-1).gather(-1, target)[:, 0]
+        out[j] = float(full.mean()) - float(hidden.mean())
+    _truncate(cache, keep)
+    return out, len(spans) * n
+
+
 def attention_pass(lm: LanguageModel, prompt: EncodedPrompt, response: Sequence[int],
                    estimator: str = "attention") -> AttentionPass:
-    """Pooled attention features and the full prompt's log-probabilities of `response`, one pass.
+    """Pooled attention features, knockout scores and the full prompt's log-probabilities of
+    `response`, from one pass over prompt + response and k response-length passes.
 
     With the model's prefix store, a stored prompt side is reused (only the last prompt token and
     the response are fed) and a new one is stored, so a later exact pass over the same prompt
@@ -243,9 +284,10 @@ def attention_pass(lm: LanguageModel, prompt: EncodedPrompt, response: Sequence[
     if store is not None and len(ids) > 1 and tuple(ids) not in store:
         _truncate(cache, len(ids))
         store.put(tuple(ids), holder.snapshot_cache(cache, len(ids)))
-    return AttentionPass(pooling.out, full, tokens_fed(len(ids), len(response)) - keep, pooling.peak_bytes,
-                         tuple(spans))
+    knocked, knockout_tokens = knockout_scores(holder, cache, ids, response, spans, full)
+    return AttentionPass(pooling.out, knocked, full, tokens_fed(len(ids), len(response)) - keep + knockout_tokens,
+                         pooling.peak_bytes, tuple(spans))
 
 
 __all__ = ["ATTENTION_BACKENDS", "POOLED_ATTENTION", "AttentionPass", "attention_pass", "check_attention_backend",
-           "passage_token_spans"]
+           "knockout_scores", "passage_token_spans"]

@@ -11,7 +11,8 @@ digest, data, sampling seed and length limit) decides whether a reading can be r
 another identity in the file is refused in one sentence, never mixed in. Lines are appended whole
 under an exclusive lock and synced; a last line cut by a crash is ignored (and cut off by the next
 append), and of two readings of the same context the first is kept
-(`ascp.results.records.keep_first`).
+(`ascp.results.records.keep_first`), except that a reading with knockout scores replaces one made
+before they were read (`ascp fit-probe` adds them to such a file: a new pass, the exact loo kept).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from ascp.errors import AscpError
 from ascp.results.records import keep_first
 
 ContextKey = tuple[str, tuple[str, ...]]
+READINGS_FEATURE = "at2-response-rows-v1"
+"""The attention features a reading holds (its identity's "feature"); knockout scores, read later,
+are an optional part of each line, so readings made before them stay usable."""
 
 
 def context_key(case_id: str, passage_ids: Iterable[str]) -> ContextKey:
@@ -45,6 +49,7 @@ def _as_json(context: ReadContext) -> dict[str, Any]:
         "prompt_tokens": context.prompt_tokens, "attention_seconds": context.attention_seconds,
         "loo_seconds": context.loo_seconds, "attention_tokens": context.attention_tokens,
         "loo_tokens": context.loo_tokens, "response_ids": list(context.response_ids),
+        **({"knockout": context.knockout.tolist()} if context.knockout is not None else {}),
     }
 
 
@@ -55,6 +60,7 @@ def _from_json(row: Mapping[str, Any]) -> ReadContext:
         int(row["response_tokens"]), int(row["prompt_tokens"]), float(row["attention_seconds"]),
         float(row["loo_seconds"]), int(row["attention_tokens"]), int(row["loo_tokens"]),
         tuple((int(a), int(b)) for a, b in row["spans"]), tuple(int(i) for i in row.get("response_ids", ())),
+        np.asarray(row["knockout"], dtype=np.float64) if "knockout" in row else None,
     )
 
 
@@ -99,8 +105,13 @@ class FitReadings:
                                 f"({', '.join(differing)} differ), so it cannot be reused here; give another "
                                 "--readings file or the settings it was read with.")
             rows.append(context)
-        return {context_key(c.case_id, c.passage_ids): c
-                for c in keep_first(rows, key=lambda c: context_key(c.case_id, c.passage_ids))}
+        # A reading made before knockout scores existed is followed by its completed copy: that one counts.
+        def key(c: ReadContext) -> ContextKey:
+            return context_key(c.case_id, c.passage_ids)
+
+        out = {key(c): c for c in keep_first(rows, key=key)}
+        out.update({key(c): c for c in keep_first([c for c in rows if c.knockout is not None], key=key)})
+        return out
 
     def append(self, context: ReadContext) -> None:
         """Add one reading: one whole line, under an exclusive lock, synced before returning."""
@@ -131,4 +142,4 @@ def _drop_torn_tail(path: Path, handle: Any) -> None:
     handle.truncate(whole.rfind(b"\n") + 1)
 
 
-__all__ = ["ContextKey", "FitReadings", "check_readings_path", "context_key"]
+__all__ = ["READINGS_FEATURE", "ContextKey", "FitReadings", "check_readings_path", "context_key"]

@@ -1,12 +1,16 @@
-"""The gated estimator (`gated`): the attention prediction, exact leave-one-out where the decision is close.
+"""The gated estimator (`gated`): the one-pass prediction, exact leave-one-out where the decision is close.
 
-`attention` predicts every passage's `loo` score in one pass. A passage whose predicted normalised
-score lies within `band` of the used threshold (tau(k), or the fixed `threshold`) is re-scored with
-exact deletion LOO through `Ablations`; the attention pass left the full prompt's keys and values in
-the prefix store, so the exact passes feed the response once and then each variant's tail only.
-Exact scores change the normalisation, so the band is checked again until no new passage enters it.
-With a band that covers every passage the result is `loo`'s. The band is the attention map's,
-sized by `ascp fit-probe` on its development split for >= 99% agreement of `used` with `loo`.
+`attention` predicts every passage's `loo` score in one pass. The band is how far (nats per
+response token) an exact score may lie from its prediction. A passage whose tau(k) decision (or the
+fixed `threshold`'s) is not settled for every score vector within the band of the predictions is
+re-scored with exact deletion LOO through `Ablations`; the attention pass left the full prompt's
+keys and values in the prefix store, so the exact passes feed the response once and then each
+variant's tail only. The last passage is always scored exactly: deleting the last block re-feeds
+only the question and the response, no more than one knockout pass. An exact score narrows the
+others' uncertainty (the decision reads the sum of all positive scores), so the check repeats
+until every decision is settled. With an infinite band the result is `loo`'s. The band is the
+attention map's, sized by `ascp fit-probe` on its development split for >= 99% agreement of
+`used` with `loo`.
 
 What each call did is in `GatedScores.extra`: passages verified exactly (count and ids), the band,
 and the tokens fed by the attention pass and by the exact passes.
@@ -25,7 +29,7 @@ from ascp.attribution.attention import WEIGHTS, AttentionEstimator
 from ascp.attribution.attention_pooling import attention_pass
 from ascp.attribution.base import ProbeInput, Scores
 from ascp.params import Param
-from ascp.reading import check_threshold, free_threshold, normalize
+from ascp.reading import check_threshold, free_threshold
 
 if TYPE_CHECKING:
     from ascp.lm.protocol import LanguageModel
@@ -37,26 +41,51 @@ class GatedScores(Scores):
     exact_tokens."""
 
 
-def close_to_threshold(raw: np.ndarray, threshold: float, band: float) -> np.ndarray:
-    """Passages whose normalised score lies within `band` of `threshold` (a band >= 1 covers all)."""
-    if band >= 1.0:
-        return np.ones(len(raw), dtype=bool)
-    return np.abs(normalize(raw) - threshold) <= band
+def unsettled(raw: np.ndarray, verified: np.ndarray, threshold: float, band: float) -> np.ndarray:
+    """Passages not verified whose tau(k) decision could change if every unverified score moved
+    within `band` of its value (verified scores are exact and stay put).
+
+    Passage i is used when its positive part reaches `threshold` times the sum of all positive
+    parts, i.e. (1 - threshold) [x_i]_+ >= threshold * sum_{j != i} [x_j]_+. The decision is settled
+    as used when it holds with x_i at its lowest and the others at their highest, and settled as
+    not used when it fails with x_i at its highest and the others at their lowest."""
+    raw = np.asarray(raw, dtype=np.float64)
+    width = np.where(verified, 0.0, band)
+    with np.errstate(invalid="ignore"):  # an infinite band: inf - inf never arises, inf * 0 is guarded
+        low = np.clip(raw - width, 0.0, None)
+        high = np.where(np.isinf(width), np.inf, np.clip(raw + width, 0.0, None))
+    others_high = _sum_of_others(high)
+    others_low = _sum_of_others(low)
+    used = (raw - width > 0) & ((1.0 - threshold) * low >= threshold * others_high)
+    with np.errstate(invalid="ignore"):
+        unused = (high <= 0) | ((1.0 - threshold) * high < threshold * others_low)
+    return ~verified & ~used & ~unused
+
+
+def _sum_of_others(values: np.ndarray) -> np.ndarray:
+    """sum_{j != i} values_j per i, exact when some values are infinite."""
+    finite = np.where(np.isinf(values), 0.0, values)
+    infinite = np.isinf(values).sum()
+    out = finite.sum() - finite
+    return np.where(infinite - np.isinf(values) > 0, np.inf, out)
 
 
 def gate(predicted: np.ndarray, threshold: float, band: float,
          exact: Callable[[list[int]], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """The gate, written once (the estimator and the band sizing of `ascp fit-probe` both run it):
-    replace the predictions of the passages close to the threshold by `exact(indices)` until no
-    new passage is close. Returns (scores, verified mask)."""
+    the last passage is always scored exactly (deleting the last block re-feeds only the question
+    and the response, what one knockout pass feeds), then the predictions of the unsettled passages
+    are replaced by `exact(indices)` until every decision is settled. Returns (scores, verified
+    mask). A band of 0 verifies the last passage only; an infinite band verifies every passage (the
+    result is `loo`'s)."""
     raw = np.array(predicted, dtype=np.float64)
     verified = np.zeros(len(raw), dtype=bool)
-    while True:
-        todo = [int(i) for i in np.flatnonzero(close_to_threshold(raw, threshold, band)) if not verified[i]]
-        if not todo:
-            return raw, verified
+    todo = [len(raw) - 1] if len(raw) else []
+    while todo:
         raw[todo] = exact(todo)
         verified[todo] = True
+        todo = [int(i) for i in np.flatnonzero(unsettled(raw, verified, threshold, band))]
+    return raw, verified
 
 
 class GatedEstimator(AttentionEstimator):
@@ -64,8 +93,9 @@ class GatedEstimator(AttentionEstimator):
     causal = True  # every close decision is read from exact deletions
     params: tuple[Param, ...] = (
         WEIGHTS,
-        Param("band", float, None, "margin on normalised scores re-scored exactly (none: the map's fitted band; "
-              "1: every passage, i.e. loo)", optional=True),
+        Param("band", float, None, "how far (nats per response token) an exact score may lie from its prediction; "
+              "passages whose decision that leaves open are re-scored exactly (none: the map's fitted band; "
+              "inf: every passage, i.e. loo)", optional=True),
         Param("threshold", float, None, "the used threshold the band is centred on (none: tau(k), as the probe's "
               "default); give the probe's fixed threshold when it has one", optional=True),
         REUSE_PREFIX,
@@ -94,7 +124,7 @@ class GatedEstimator(AttentionEstimator):
             full = ablations.full_logprobs.mean()
             return np.array([full - a.mean() for a in ablated])
 
-        raw, verified = gate(fitted.predict(read.features), cut, band, exact)
+        raw, verified = gate(fitted.predict(read.features, read.knockout), cut, band, exact)
         exact_tokens = ablations.tokens_processed
         return GatedScores(
             values=raw,
@@ -106,4 +136,4 @@ class GatedEstimator(AttentionEstimator):
         )
 
 
-__all__ = ["GatedEstimator", "GatedScores", "close_to_threshold", "gate"]
+__all__ = ["GatedEstimator", "GatedScores", "gate", "unsettled"]

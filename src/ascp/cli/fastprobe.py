@@ -52,9 +52,9 @@ def fit_probe(
     with user_errors():
         from ascp.api import load_model
         from ascp.attribution.attention_fit import draw_contexts, fit_map, read_contexts
-        from ascp.attribution.attention_map import FEATURE, model_digest
+        from ascp.attribution.attention_map import model_digest
         from ascp.attribution.attention_pooling import check_attention_backend
-        from ascp.attribution.fit_readings import FitReadings, check_readings_path, context_key
+        from ascp.attribution.fit_readings import READINGS_FEATURE, FitReadings, check_readings_path, context_key
         from ascp.data import load_cases_with_order
         from ascp.experiments.spec import parse_positions
         from ascp.lm.sampling import SamplingConfig
@@ -91,14 +91,18 @@ def fit_probe(
         check_attention_backend(lm, "attention")
         readings, known = None, {}
         if readings_path is not None:
-            readings = FitReadings(readings_path, {"feature": FEATURE, "model": model_digest(lm), "data": data.name,
-                                                   "seed": seed, "max_new_tokens": max_new_tokens})
+            readings = FitReadings(readings_path, {"feature": READINGS_FEATURE, "model": model_digest(lm),
+                                                   "data": data.name, "seed": seed, "max_new_tokens": max_new_tokens})
             known = readings.load()  # a file of other settings is refused before any work
         start = time.perf_counter()
         read = {}
         for label, (_, drawn) in splits.items():
-            kept = sum(context_key(case.id, (p.id for p in passages)) in known for _, case, passages in drawn)
-            err.print(f"{label}: {len(drawn)} contexts, {len(drawn) - kept} to read (attention pass + exact loo)"
+            earlier = [known.get(context_key(case.id, (p.id for p in passages))) for _, case, passages in drawn]
+            kept = sum(c is not None and c.knockout is not None for c in earlier)
+            older = sum(c is not None and c.knockout is None for c in earlier)
+            fresh = len(drawn) - kept - older
+            err.print(f"{label}: {len(drawn)} contexts, {fresh} to read (attention pass + exact loo)"
+                      + (f", {older} older readings to complete with knockout scores" if older else "")
                       + (f", {kept} kept in {readings_path}" if readings_path is not None else ""), markup=False,
                       highlight=False)
             read[label] = read_contexts(lm, drawn, sampling, seed, progress=_progress_line(label), readings=readings)
