@@ -475,8 +475,8 @@ def test_gated_in_a_run_and_an_experiment(cli, tiny_model_dir, tmp_path):
 def test_the_embedded_models_map_records_its_splits():
     fitted = load_map(SHIPPED / "smollm2-135m-instruct.json")
     assert fitted.weights.shape == (30, 9)  # SmolLM2-135M: 30 layers x 9 heads
-    assert (fitted.fit["train_positions"], fitted.fit["dev_positions"]) == ("0-199", "200-249")
-    assert all(0 <= p <= 199 for p in fitted.fit["positions_used"]["train"])
+    assert (fitted.fit["train_positions"], fitted.fit["dev_positions"]) == ("0-127", "200-249")
+    assert all(0 <= p <= 127 for p in fitted.fit["positions_used"]["train"])
     assert all(200 <= p <= 249 for p in fitted.fit["positions_used"]["dev"])
     assert fitted.fit["dev"]["used_agreement_gated"] >= fitted.fit["target_agreement"]
 
