@@ -254,8 +254,8 @@ def random_item(make_item) -> Callable[..., object]:
 
 
 def unit_records(directory: Path) -> list[dict]:
-    """An experiment store's unit records without their timing fields (the only ones that vary
-    between runs), in file order."""
+    """An experiment store's unit records without their timing and tokens-fed fields (the only ones
+    that vary between runs: a warmer prefix store or request cache feeds fewer tokens), in file order."""
     import json
 
     out = []
@@ -265,6 +265,7 @@ def unit_records(directory: Path) -> list[dict]:
         for r in rec["rounds"]:
             r.pop("seconds")
             r.pop("generation_seconds")
+            r.pop("probe_tokens", None)
         out.append(rec)
     return out
 

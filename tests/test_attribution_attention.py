@@ -19,7 +19,7 @@ from ascp.attribution.attention_fit import (
 from ascp.attribution.attention_map import FEATURE, SHIPPED, AttentionMap, load_map, map_for, model_digest
 from ascp.attribution.attention_pooling import attention_pass, check_attention_backend, passage_token_spans
 from ascp.attribution.base import ProbeInput
-from ascp.attribution.gated import GatedEstimator, GatedScores, gate, unsettled
+from ascp.attribution.gated import EXACT_UP_TO, GatedEstimator, GatedScores, gate, unsettled
 from ascp.attribution.loo import LeaveOneOut
 from ascp.errors import AscpError
 from ascp.lm.tiny import tiny_language_model
@@ -286,6 +286,17 @@ def test_gated_equals_loo_on_every_verified_passage(lm, random_item, tmp_path):
             assert narrow.extra["exact_tokens"] == 0
 
 
+def test_gated_scores_two_passages_exactly_without_the_attention_pass(lm, random_item, tmp_path):
+    path = str(small_map(lm).save(tmp_path / "map.json"))
+    for k in range(1, EXACT_UP_TO + 1):
+        item = random_item(lm, k, 30 + k)
+        exact = LeaveOneOut().score(lm, item)
+        scored = GatedEstimator(weights=path, band=0.0).score(lm, item)  # a band of 0 would verify the last only
+        np.testing.assert_allclose(scored.values, exact.values, atol=1e-6)
+        assert scored.extra["verified"] == k and scored.extra["attention_tokens"] == 0
+        assert scored.tokens_processed == scored.extra["exact_tokens"] > 0
+
+
 def test_gated_through_the_api_the_probe_and_the_cli(lm, tmp_path, cli, tiny_model_dir):
     import ascp
 
@@ -457,19 +468,25 @@ def test_gated_in_a_run_and_an_experiment(cli, tiny_model_dir, tmp_path):
         "pool": [{"id": f"d{j}", "title": "T", "text": f"born in {1850 + j} near the river"} for j in range(4)],
     }) + "\n" for i in range(2)))
     out = tmp_path / "run"
-    result = cli("run", "--data", data, "--policy", "vanilla", "--k", "2", "--T", "1", "--out", out,
+    result = cli("run", "--data", data, "--policy", "vanilla", "--k", "3", "--T", "1", "--out", out,
                  "--model", tiny_model_dir, "--backend", "hf", "--max-new-tokens", "3", "--estimator", "gated")
     assert result.exit_code == 0, result.output
     assert json.loads((out / "summary.json").read_text())["config"]["estimator"] == "gated"
     spec = {"name": "gated-grid", "tasks": [{"name": "toy", "data": str(data), "format": "jsonl"}],
             "models": [str(tiny_model_dir)], "backend": "hf", "seeds": [0], "embedder": "hashing",
-            "grid": {"policy": ["vanilla"], "k": [2], "T": [1], "estimator": ["gated"]},
+            "grid": {"policy": ["vanilla"], "k": [3], "T": [1], "estimator": ["gated"]},
             "sampling": {"max_new_tokens": 3}}
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
     store = run_experiment(tmp_path / "spec.yaml", tmp_path / "store")
     assert store.done == 2
     units = [json.loads(line) for line in (tmp_path / "store" / "units.jsonl").read_text().splitlines()]
     assert len(units) == 2 and all("gated" in json.dumps(unit["condition"]) for unit in units)
+    for unit in units:  # each round records what the gate did: passages verified exactly and tokens fed
+        for r in (r for r in unit["rounds"] if r["response_tokens"]):  # an empty response is not probed
+            extra = r["probe_extra"]
+            assert 1 <= extra["verified"] == len(extra["verified_ids"]) <= 3
+            assert set(extra["verified_ids"]) <= set(r["context"]) and r["context"][-1] in extra["verified_ids"]
+            assert r["probe_tokens"] == extra["attention_tokens"] + extra["exact_tokens"] > 0
 
 
 def test_the_embedded_models_map_records_its_splits():

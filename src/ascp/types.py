@@ -194,10 +194,13 @@ class Round:
     overused: int = 0  # |O|: passages flagged used in earlier rounds (0 when steering is off)
     prompt_tokens: int = 0  # tokens of the (full-context) prompt: the cost axis of Fig. 6
     generation_seconds: float = 0.0  # this round's share of generation wall time, probe excluded
+    probe_tokens: int = 0  # tokens the probe fed (less with a warmer prefix store or request cache)
+    probe_extra: Mapping[str, Any] = field(default_factory=dict)
+    """What the estimator says it did (`Scores.extra`, e.g. `gated`'s passages verified exactly)."""
 
     def to_json(self) -> dict[str, Any]:
         """The round's record (a line of `rounds.jsonl` without the case id)."""
-        return {
+        record = {
             "round": self.round,
             "context": list(self.context),
             "response": self.response,
@@ -210,7 +213,11 @@ class Round:
             "seconds": round(self.seconds, 4),
             "prompt_tokens": self.prompt_tokens,
             "generation_seconds": round(self.generation_seconds, 4),
+            "probe_tokens": self.probe_tokens,
         }
+        if self.probe_extra:  # only estimators that report something (loo reports nothing)
+            record["probe_extra"] = dict(self.probe_extra)
+        return record
 
     @classmethod
     def from_json(cls, record: Mapping[str, Any]) -> Round:
@@ -223,6 +230,7 @@ class Round:
             steered=bool(record.get("steered", False)), overused=int(record.get("overused", 0)),
             prompt_tokens=int(record.get("prompt_tokens", 0)),
             generation_seconds=float(record.get("generation_seconds", 0.0)),
+            probe_tokens=int(record.get("probe_tokens", 0)), probe_extra=dict(record.get("probe_extra", {})),
         )
 
 

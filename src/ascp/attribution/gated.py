@@ -10,7 +10,8 @@ only the question and the response, no more than one knockout pass. An exact sco
 others' uncertainty (the decision reads the sum of all positive scores), so the check repeats
 until every decision is settled. With an infinite band the result is `loo`'s. The band is the
 attention map's, sized by `ascp fit-probe` on its development split for >= 99% agreement of
-`used` with `loo`.
+`used` with `loo`. Up to `EXACT_UP_TO` passages the attention pass is skipped and every passage
+is scored exactly.
 
 What each call did is in `GatedScores.extra`: passages verified exactly (count and ids), the band,
 and the tokens fed by the attention pass and by the exact passes.
@@ -33,6 +34,12 @@ from ascp.reading import check_threshold, free_threshold
 
 if TYPE_CHECKING:
     from ascp.lm.protocol import LanguageModel
+
+
+EXACT_UP_TO = 2
+"""Widths scored with exact deletions only: the last passage is always verified, so at k = 2 the
+attention pass (k knockout passes of the response and the pooling) could spare one deletion at
+most, and costs more (docs/results/cpu-small-gated: the k = 2 cells took 1.4-2.0x loo's time)."""
 
 
 @dataclass(frozen=True)
@@ -116,7 +123,6 @@ class GatedEstimator(AttentionEstimator):
         band = fitted.band if self.band is None else float(self.band)
         k = len(item.passages)
         cut = free_threshold(k) if self.threshold is None else float(self.threshold)
-        read = attention_pass(lm, item.prompt, item.response_ids, self.name)
         ablations = Ablations(lm, item.prompt, item.response_ids, reuse_prefix=self.reuse_prefix)
 
         def exact(indices: list[int]) -> np.ndarray:
@@ -124,16 +130,21 @@ class GatedEstimator(AttentionEstimator):
             full = ablations.full_logprobs.mean()
             return np.array([full - a.mean() for a in ablated])
 
-        raw, verified = gate(fitted.predict(read.features, read.knockout), cut, band, exact)
+        if k <= EXACT_UP_TO:
+            raw, verified, attention_tokens = exact(list(range(k))), np.ones(k, dtype=bool), 0
+        else:
+            read = attention_pass(lm, item.prompt, item.response_ids, self.name)
+            raw, verified = gate(fitted.predict(read.features, read.knockout), cut, band, exact)
+            attention_tokens = read.tokens_processed
         exact_tokens = ablations.tokens_processed
         return GatedScores(
             values=raw,
-            tokens_processed=read.tokens_processed + exact_tokens,
+            tokens_processed=attention_tokens + exact_tokens,
             extra={"verified": int(verified.sum()),
                    "verified_ids": [item.passages[i].id for i in np.flatnonzero(verified)],
-                   "band": band, "threshold": cut, "attention_tokens": read.tokens_processed,
+                   "band": band, "threshold": cut, "attention_tokens": attention_tokens,
                    "exact_tokens": exact_tokens},
         )
 
 
-__all__ = ["GatedEstimator", "GatedScores", "gate", "unsettled"]
+__all__ = ["EXACT_UP_TO", "GatedEstimator", "GatedScores", "gate", "unsettled"]

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ascp.attribution.base import Estimator, ProbeInput
-from ascp.attribution.probe import ProbeSettings, probe_response
+from ascp.attribution.probe import ProbeReading, ProbeSettings, probe_response
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
 from ascp.lm.prefixes import fresh_prefixes
@@ -36,7 +36,6 @@ from ascp.lm.protocol import LanguageModel
 from ascp.lm.sampling import SamplingConfig, derive_seed
 from ascp.lm.steering import SteerConfig, SteerStreams, generate_steered, overused_set, steer_prompts
 from ascp.params import is_whole
-from ascp.reading import Reading
 from ascp.schedulers import check_scheduler, make_scheduler
 from ascp.schedulers.base import RoundFeedback, Scheduler, Selection
 from ascp.schedulers.facets import build_pool_view
@@ -157,14 +156,14 @@ def _run_jobs(lm: LanguageModel, jobs: list[_Job], config: LoopConfig, estimator
     seeds = [derive_seed(config.seed, job.case.id, job.round) for job in jobs]
     gens = generate_steered(lm, items, config.sampling, seeds, config.steer or SteerConfig(), config.batch_size)
     gen_share = (time.perf_counter() - start) / max(1, len(jobs))  # batched: each round gets an equal share
-    def probe(i: int) -> tuple[int, Reading, float]:
+    def probe(i: int) -> tuple[int, ProbeReading, float]:
         job, prompt, gen = jobs[i], prompts[i], gens[i]
         t0 = time.perf_counter()
         response_ids = tuple(lm.encode(gen.text))  # canonical: tokenizer(text) of the response it reports
         context = tuple(job.case.passage(pid) for pid in job.selection.ids)
         item = ProbeInput(job.case.question, context, prompt, gen.text, response_ids)
-        reading = probe_response(lm, estimator, item, config.probe.threshold).reading
-        return len(response_ids), reading, time.perf_counter() - t0
+        result = probe_response(lm, estimator, item, config.probe.threshold)
+        return len(response_ids), result, time.perf_counter() - t0
 
     # A served model (`ascp.lm.engine`) batches concurrent requests itself: keep several cases'
     # probes in flight; in-process backends score one at a time.
@@ -180,7 +179,9 @@ def _run_jobs(lm: LanguageModel, jobs: list[_Job], config: LoopConfig, estimator
     else:
         probed = [probe(i) for i in range(len(jobs))]
     out = []
-    for job, prompt, gen, (response_tokens, reading, probe_seconds) in zip(jobs, prompts, gens, probed, strict=True):
+    for job, prompt, gen, (response_tokens, probe_reading, probe_seconds) in zip(jobs, prompts, gens, probed,
+                                                                              strict=True):
+        reading = probe_reading.reading
         out.append(Round(
             round=job.round,
             context=tuple(job.selection.ids),
@@ -192,6 +193,8 @@ def _run_jobs(lm: LanguageModel, jobs: list[_Job], config: LoopConfig, estimator
             seconds=gen_share + probe_seconds,
             prompt_tokens=prompt.num_tokens,
             generation_seconds=gen_share,
+            probe_tokens=probe_reading.tokens_processed,
+            probe_extra=probe_reading.extra,
         ))
         if progress:
             progress(1)
