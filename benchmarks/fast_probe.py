@@ -12,10 +12,9 @@ left there (as in `ascp run`, where the probe follows generation in the same pro
 
 Per estimator and k: agreement of the tau(k) `used` decision with exact `loo` (share of passage
 decisions, and share of contexts whose whole used set is `loo`'s), Spearman correlation of the
-scores with `loo`'s (mean over contexts), and wall seconds and tokens fed per probe. There is no
-proxy-model LOO row (AttriBoT's trick: a small model's LOO standing in for a large one's): it
-needs a second, larger reference model whose own exact LOO is the target, e.g. the Qwen GGUF of
-`make qwen` on llama.cpp, and is not implemented here.
+scores with `loo`'s (mean over contexts), and wall seconds and tokens fed per probe. The
+proxy-model LOO row (AttriBoT's trick: a small model's LOO standing in for a larger one's) needs
+another reference, the larger model's own exact LOO: `benchmarks/proxy_probe.py` measures it.
 
     python benchmarks/fast_probe.py --out docs/results/fast-probe [--ks 3,5,10,24] [--contexts 3]
         [--regimes cold,warm] [--resume]
