@@ -87,8 +87,19 @@ def draw(cases: Sequence[Any], ks: Sequence[int], per_k: Sequence[int], seed: in
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def compare(mine: np.ndarray, reference: np.ndarray, cut: float) -> tuple[np.ndarray, float]:
+    """Per passage, whether the tau(k) `used` decision of `mine` equals the reference's; and the
+    Spearman correlation of the scores (nan for fewer than 3 passages or constant scores)."""
     from scipy.stats import spearmanr
+
+    from ascp.reading import normalize, used_mask
+
+    equal = used_mask(normalize(mine), cut) == used_mask(normalize(reference), cut)
+    varies = len(mine) > 2 and np.ptp(mine) > 0 and np.ptp(reference) > 0
+    return equal, float(spearmanr(mine, reference)[0]) if varies else float("nan")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
 
     from ascp.api import load_model
     from ascp.attribution import make_estimator
@@ -97,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ascp.data import load_cases_with_order
     from ascp.lm.prefixes import fresh_prefixes
     from ascp.lm.sampling import SamplingConfig, derive_seed
-    from ascp.reading import free_threshold, normalize, used_mask
+    from ascp.reading import free_threshold
 
     args = parse_args(argv)
     ks = [int(k) for k in args.ks.split(",")]
@@ -167,10 +178,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for r in at_k:
                     exact = np.array(r["estimators"]["loo"]["scores"])
                     mine = np.array(r["estimators"][name]["scores"])
-                    a, b = used_mask(normalize(mine), cut), used_mask(normalize(exact), cut)
-                    same += int((a == b).sum())
-                    whole += int((a == b).all())
-                    rhos.append(float(spearmanr(mine, exact)[0]) if k > 2 and np.ptp(mine) > 0 else float("nan"))
+                    equal, rho = compare(mine, exact, cut)
+                    same += int(equal.sum())
+                    whole += int(equal.all())
+                    rhos.append(rho)
                     verified.append(r["estimators"][name]["extra"].get("verified", np.nan))
                 row: dict[str, Any] = {
                     "k": k, "estimator": name, "contexts": len(at_k), "passages": k * len(at_k),

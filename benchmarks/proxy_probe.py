@@ -38,7 +38,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fast_probe import DEFAULT_POOLS, POSITIONS, draw  # noqa: E402
+from fast_probe import DEFAULT_POOLS, POSITIONS, compare, draw  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TARGET = ROOT / "models" / "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf"
@@ -72,9 +72,8 @@ def timed_probe(lm: Any, name: str, item: Any) -> dict[str, Any]:
 
 
 def summarise(rows: Sequence[dict[str, Any]], ks: Sequence[int], names: Sequence[str]) -> list[dict[str, Any]]:
-    from scipy.stats import spearmanr
 
-    from ascp.reading import free_threshold, normalize, used_mask
+    from ascp.reading import free_threshold
 
     out = []
     for k in ks:
@@ -89,10 +88,10 @@ def summarise(rows: Sequence[dict[str, Any]], ks: Sequence[int], names: Sequence
             for r in at_k:
                 exact = np.array(r["target_loo"]["scores"])
                 mine = np.array(r[name]["scores"])
-                a, b = used_mask(normalize(mine), cut), used_mask(normalize(exact), cut)
-                same += int((a == b).sum())
-                whole += int((a == b).all())
-                rhos.append(float(spearmanr(mine, exact)[0]) if np.ptp(mine) > 0 and np.ptp(exact) > 0 else np.nan)
+                equal, rho = compare(mine, exact, cut)
+                same += int(equal.sum())
+                whole += int(equal.all())
+                rhos.append(rho)
             seconds = float(np.mean([r[name]["seconds"] for r in at_k]))
             out.append({"k": k, "estimator": name, "contexts": len(at_k), "used_agreement": same / (k * len(at_k)),
                         "used_set_equal": whole / len(at_k),
