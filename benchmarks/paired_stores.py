@@ -4,10 +4,15 @@ A round is paired when both stores hold it with the same context and the same re
 same seeds give the same responses until a closed-loop scheduler reads a different probe). Per
 condition (the estimator's name dropped from the key): paired rounds, agreement of the candidate's
 `used` decision with the reference's on every passage of those rounds, and the units' seconds
-summed in each store, with their ratio.
+summed in each store, with their ratio; where both stores record them (stores written since
+rounds kept `probe_tokens`), the tokens the probe fed and its seconds (a round's seconds less its
+generation's) on the paired rounds, with their ratios. One store holding both estimators is read
+with `--reference-estimator` and `--candidate-estimator`.
 
     python benchmarks/paired_stores.py --reference docs/results/cpu-small \
         --candidate docs/results/cpu-small-gated
+    python benchmarks/paired_stores.py --reference STORE --candidate STORE \
+        --reference-estimator loo --candidate-estimator gated
 """
 
 from __future__ import annotations
@@ -24,6 +29,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reference", type=Path, required=True, help="the store probed with the reference (loo)")
     parser.add_argument("--candidate", type=Path, required=True, help="the store probed with the candidate")
+    parser.add_argument("--reference-estimator", default=None, help="read only the reference store's units of "
+                        "this estimator (default: all)")
+    parser.add_argument("--candidate-estimator", default=None, help="read only the candidate store's units of "
+                        "this estimator (default: all)")
     return parser.parse_args(argv)
 
 
@@ -31,9 +40,9 @@ def without_estimator(condition: str) -> str:
     return re.sub(r"estimator=[^,)]*,?", "", condition).replace(",)", ")")
 
 
-def by_key(units: Sequence[dict[str, Any]]) -> dict[tuple[str, str, int, str], dict[str, Any]]:
+def by_key(units: Sequence[dict[str, Any]], estimator: str | None) -> dict[tuple[str, str, int, str], dict[str, Any]]:
     return {(u["task"], u["model"], u["seed"], u["case_id"], without_estimator(u["condition"])): u  # type: ignore[misc]
-            for u in units}
+            for u in units if estimator is None or u["estimator"] == estimator}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -42,7 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = parse_args(argv)
     try:
-        reference, candidate = by_key(read_units(args.reference)), by_key(read_units(args.candidate))
+        reference = by_key(read_units(args.reference), args.reference_estimator)
+        candidate = by_key(read_units(args.candidate), args.candidate_estimator)
     except AscpError as error:
         raise SystemExit(str(error)) from None
     cells: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
@@ -59,24 +69,41 @@ def main(argv: Sequence[str] | None = None) -> int:
             if a["context"] != b["context"] or a["response"] != b["response"]:
                 continue
             cell["paired"] += 1
+            if "probe_tokens" in a and "probe_tokens" in b:
+                cell["probed"] += 1
+                for side, rnd in (("reference", a), ("candidate", b)):
+                    cell[f"{side}_probe_tokens"] += rnd["probe_tokens"]
+                    cell[f"{side}_probe_seconds"] += rnd["seconds"] - rnd["generation_seconds"]
             for pid in a["context"]:
                 cell["passages"] += 1
                 cell["same"] += (pid in a["used"]) == (pid in b["used"])
     print(f"reference {args.reference}, candidate {args.candidate}\n")
-    print("| condition | units | paired rounds | used agreement | reference s | candidate s | ratio |")
-    print("|---|---|---|---|---|---|---|")
+    probed = any(cell["probed"] for cell in cells.values())
+    print("| condition | units | paired rounds | used agreement | reference s | candidate s | ratio |"
+          + (" probe tokens (ref / cand) | ratio | probe s (ref / cand) | ratio |" if probed else ""))
+    print("|---|---|---|---|---|---|---|" + ("---|---|---|---|" if probed else ""))
     total: dict[str, float] = defaultdict(float)
     for name, cell in cells.items():
         for field, value in cell.items():
             total[field] += value
-        print(f"| {name} | {cell['units']:.0f} | {cell['paired']:.0f} / {cell['rounds']:.0f} | "
-              f"{cell['same'] / max(cell['passages'], 1):.3f} ({cell['same']:.0f} / {cell['passages']:.0f}) | "
-              f"{cell['reference_seconds']:.0f} | {cell['candidate_seconds']:.0f} | "
-              f"{cell['candidate_seconds'] / max(cell['reference_seconds'], 1e-9):.2f} |")
-    print(f"| all | {total['units']:.0f} | {total['paired']:.0f} / {total['rounds']:.0f} | "
-          f"{total['same'] / max(total['passages'], 1):.3f} ({total['same']:.0f} / {total['passages']:.0f}) | "
-          f"{total['reference_seconds']:.0f} | {total['candidate_seconds']:.0f} | "
-          f"{total['candidate_seconds'] / max(total['reference_seconds'], 1e-9):.2f} |")
+        print(row(name, cell, probed))
+    print(row("all", total, probed))
+    return 0
+
+
+def row(name: str, cell: dict[str, float], probed: bool) -> str:
+    line = (f"| {name} | {cell['units']:.0f} | {cell['paired']:.0f} / {cell['rounds']:.0f} | "
+            f"{cell['same'] / max(cell['passages'], 1):.3f} ({cell['same']:.0f} / {cell['passages']:.0f}) | "
+            f"{cell['reference_seconds']:.0f} | {cell['candidate_seconds']:.0f} | "
+            f"{cell['candidate_seconds'] / max(cell['reference_seconds'], 1e-9):.2f} |")
+    if probed:
+        line += (f" {cell['reference_probe_tokens']:.0f} / {cell['candidate_probe_tokens']:.0f} | "
+                 f"{cell['candidate_probe_tokens'] / max(cell['reference_probe_tokens'], 1):.2f} | "
+                 f"{cell['reference_probe_seconds']:.0f} / {cell['candidate_probe_seconds']:.0f} | "
+                 f"{cell['candidate_probe_seconds'] / max(cell['reference_probe_seconds'], 1e-9):.2f} |")
+    return line
+
+
     return 0
 
 

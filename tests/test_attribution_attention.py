@@ -113,6 +113,10 @@ def test_knockout_equals_an_uncached_masked_pass(lm, random_item):
         assert read.knockout.shape == (k,)
         np.testing.assert_allclose(read.knockout, knockout_reference(lm, item), atol=1e-4)
         assert np.abs(read.knockout).max() > 1e-3  # hiding a block changes something
+        some = attention_pass(lm, item.prompt, item.response_ids, knockout_of=[0])
+        np.testing.assert_allclose(some.knockout[:1], read.knockout[:1], atol=1e-6)
+        assert np.isnan(some.knockout[1:]).all()
+        assert read.tokens_processed - some.tokens_processed == (k - 1) * len(item.response_ids)
 
 
 def test_pooling_on_a_stored_prompt_feeds_the_response_only(random_item):
@@ -295,6 +299,42 @@ def test_gated_scores_two_passages_exactly_without_the_attention_pass(lm, random
         np.testing.assert_allclose(scored.values, exact.values, atol=1e-6)
         assert scored.extra["verified"] == k and scored.extra["attention_tokens"] == 0
         assert scored.tokens_processed == scored.extra["exact_tokens"] > 0
+
+
+def test_gated_scores_stored_deletions_exactly_first_and_skips_their_knockouts(random_item, make_item, tmp_path):
+    """A context probed before (a fixed context's later rounds): a deletion the prefix store holds
+    costs the response's tokens, what its knockout costs, so it is scored exactly before the gate
+    reads a prediction; with every deletion stored no attention pass runs and the result is loo's."""
+    from ascp.attribution.ablation import Ablations
+    from ascp.lm.prefixes import PrefixStore
+
+    model = tiny_language_model(seed=0)
+    model.prefixes = PrefixStore(max_bytes=200_000_000)
+    path = str(small_map(model).save(tmp_path / "map.json"))
+    k = 6
+    earlier = random_item(model, k, 41)
+    item = make_item(model, earlier.question, earlier.passages, earlier.response_text + " And more of it.")
+    naive = np.asarray(LeaveOneOut(reuse_prefix=False).score(model, item).values)
+    model.prefixes.clear()
+    n = len(item.response_ids)
+
+    Ablations(model, earlier.prompt, earlier.response_ids).score([{1: ""}, {3: ""}])  # stores full, -d0, -d2
+    partial = GatedEstimator(weights=path, band=0.0).score(model, item)
+    ids = [p.id for p in item.passages]
+    assert partial.extra["stored"] == 2
+    assert partial.extra["verified_ids"] == [ids[0], ids[2], ids[k - 1]]  # a band of 0 leaves the rest predicted
+    np.testing.assert_allclose(np.asarray(partial.values)[[0, 2, k - 1]], naive[[0, 2, k - 1]], atol=1e-6)
+    # the stored prompt side: the last prompt token and the response once, then the k - 3 knockouts
+    assert partial.extra["attention_tokens"] == n + (k - 3) * n
+
+    GatedEstimator(weights=path, band=float("inf")).score(model, earlier)  # every deletion is stored now
+    repeat = GatedEstimator(weights=path, band=0.0).score(model, item)
+    assert repeat.extra["stored"] == repeat.extra["verified"] == k and repeat.extra["attention_tokens"] == 0
+    np.testing.assert_allclose(repeat.values, naive, atol=1e-6)
+    assert repeat.tokens_processed == (k + 1) * n  # each of the k + 1 prompts from the store: loo's warm price
+
+    stateless = GatedEstimator(weights=path, band=0.0, reuse_prefix=False).score(model, item)
+    assert stateless.extra["stored"] == 0 and stateless.extra["attention_tokens"] > 0  # naive passes read no store
 
 
 def test_gated_through_the_api_the_probe_and_the_cli(lm, tmp_path, cli, tiny_model_dir):

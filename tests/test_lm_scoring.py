@@ -108,6 +108,29 @@ def test_cached_loo_feeds_exactly_the_floor(tiny_lm, random_item, k):
     assert cached.tokens_processed < naive.tokens_processed
 
 
+def test_a_later_call_feeds_each_edited_prompts_tail_as_one_call_does(random_item):
+    """Deletions scored over two calls (as `gated` verifies: the last passage, then the open ones):
+    the full prompt leads the later call from the prefix store, so each deletion still re-feeds
+    only what follows its common prefix with the full prompt; the values are the naive passes'."""
+    from ascp.lm.prefixes import PrefixStore
+    from ascp.lm.tiny import tiny_language_model
+
+    model = tiny_language_model(seed=0)
+    model.prefixes = PrefixStore(max_bytes=200_000_000)
+    k = 5
+    item = random_item(model, k, seed=44)
+    n = len(item.response_ids)
+    split = Ablations(model, item.prompt, item.response_ids)
+    values = split.score([{k: ""}]) + split.score([{i + 1: ""} for i in range(k - 1)])
+    # one call's floor, plus the full prompt re-fed from the store to lead the later call
+    assert split.tokens_processed == exact_loo_floor_tokens(model, item.prompt, n) + n
+    naive = Ablations(model, item.prompt, item.response_ids, reuse_prefix=False)
+    expected = naive.score([{k: ""}, *({i + 1: ""} for i in range(k - 1))])
+    for got, want in zip(values, expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=0, atol=TOL)
+    assert split.score([]) == []
+
+
 def common_prefix_length(a, b) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 

@@ -41,6 +41,7 @@ class Ablations:
         self.reuse_prefix = reuse_prefix
         self.tokens_processed = 0
         self._full: np.ndarray | None = None
+        self._variants: dict[tuple[tuple[int, str], ...], tuple[int, ...]] = {}
 
     @property
     def full_logprobs(self) -> np.ndarray:
@@ -51,16 +52,40 @@ class Ablations:
         return self._full
 
     def variant_ids(self, edit: Edit) -> tuple[int, ...]:
-        """`tokenizer(text)` of the edited prompt text."""
-        return tuple(self.lm.encode(self.prompt.edited_text(edit))) if edit else self.prompt.ids
+        """`tokenizer(text)` of the edited prompt text (encoded once per edit)."""
+        if not edit:
+            return self.prompt.ids
+        key = tuple(sorted(edit.items()))
+        if key not in self._variants:
+            self._variants[key] = tuple(self.lm.encode(self.prompt.edited_text(edit)))
+        return self._variants[key]
+
+    def stored(self, edits: Sequence[Edit]) -> list[int]:
+        """Positions in `edits` whose edited prompt the model's prefix store holds: scoring one
+        feeds the last prompt token and the response only."""
+        store = self.lm.prefixes if self.reuse_prefix else None
+        if store is None:
+            return []
+        return [n for n, edit in enumerate(edits) if self.variant_ids(edit) in store]
 
     def score(self, edits: Sequence[Edit]) -> list[np.ndarray]:
-        """Per-token response log-probabilities for each edit, in the order given."""
+        """Per-token response log-probabilities for each edit, in the order given.
+
+        The full prompt leads the call: the backend orders the edited prompts by their common
+        prefix with it and feeds each one's tail only. In a later call it leads again where the
+        prefix store holds it (re-fed for the response only); without that, each edited prompt
+        of a later call would be fed from its start."""
+        if not edits and self._full is not None:
+            return []
         variants = [self.variant_ids(e) for e in edits]
-        prompts = variants if self._full is not None else [self.prompt.ids, *variants]
+        store = self.lm.prefixes if self.reuse_prefix else None
+        lead = self._full is None or (store is not None and self.prompt.ids in store)
+        prompts = [self.prompt.ids, *variants] if lead else variants
         scored = self.lm.score(prompts, self.response, reuse_prefix=self.reuse_prefix)
         self.tokens_processed += scored.tokens_processed
         out = list(scored.logprobs)
-        if self._full is None:
-            self._full, out = out[0], out[1:]
+        if lead:
+            full, out = out[0], out[1:]
+            if self._full is None:
+                self._full = full
         return out

@@ -55,7 +55,8 @@ class AttentionPass:
 
     features: shape (k, layers, heads), the pooled attention mass per passage block.
     knockout: shape (k,), mean log-probability per response token lost when the response rows
-        cannot attend to the passage (the prompt's own states unchanged); nats per response token.
+        cannot attend to the passage (the prompt's own states unchanged); nats per response token
+        (NaN for a passage not in the pass's `knockout_of`).
     full_logprobs: shape (R,), log p(response token | full prompt, earlier response tokens).
     tokens_processed: tokens fed (`tokens_fed`, less a prompt prefix taken from the prefix store).
     pooling_bytes: the largest working set the pooling held at once (one layer's response-row
@@ -227,9 +228,10 @@ def knockout_scores(holder: Any, cache: Any, ids: Sequence[int], response: Seque
 
 
 def attention_pass(lm: LanguageModel, prompt: EncodedPrompt, response: Sequence[int],
-                   estimator: str = "attention") -> AttentionPass:
+                   estimator: str = "attention", knockout_of: Sequence[int] | None = None) -> AttentionPass:
     """Pooled attention features, knockout scores and the full prompt's log-probabilities of
-    `response`, from one pass over prompt + response and k response-length passes.
+    `response`, from one pass over prompt + response and k response-length passes (only the
+    passages in `knockout_of` when given; the others' knockout scores are NaN).
 
     With the model's prefix store, a stored prompt side is reused (only the last prompt token and
     the response are fed) and a new one is stored, so a later exact pass over the same prompt
@@ -284,7 +286,10 @@ def attention_pass(lm: LanguageModel, prompt: EncodedPrompt, response: Sequence[
     if store is not None and len(ids) > 1 and tuple(ids) not in store:
         _truncate(cache, len(ids))
         store.put(tuple(ids), holder.snapshot_cache(cache, len(ids)))
-    knocked, knockout_tokens = knockout_scores(holder, cache, ids, response, spans, full)
+    knocked = np.full(len(spans), np.nan)
+    chosen = range(len(spans)) if knockout_of is None else sorted(set(knockout_of))
+    knocked[list(chosen)], knockout_tokens = knockout_scores(holder, cache, ids, response,
+                                                             [spans[i] for i in chosen], full)
     return AttentionPass(pooling.out, knocked, full, tokens_fed(len(ids), len(response)) - keep + knockout_tokens,
                          pooling.peak_bytes, tuple(spans))
 

@@ -13,13 +13,20 @@ attention map's, sized by `ascp fit-probe` on its development split for >= 99% a
 `used` with `loo`. Up to `EXACT_UP_TO` passages the attention pass is skipped and every passage
 is scored exactly.
 
-What each call did is in `GatedScores.extra`: passages verified exactly (count and ids), the band,
-and the tokens fed by the attention pass and by the exact passes.
+A deletion whose prompt the model's prefix store already holds (the context was probed before,
+as in every round after the first of a fixed context) costs the response's tokens, what its
+knockout pass costs: such passages are scored exactly before the gate reads any prediction, and
+when every deletion is stored the attention pass is skipped and the result is `loo`'s at `loo`'s
+price.
+
+What each call did is in `GatedScores.extra`: passages verified exactly (count and ids), of those
+whose deletion was stored (`stored`), the band, and the tokens fed by the attention pass and by
+the exact passes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -44,8 +51,8 @@ most, and costs more (docs/results/cpu-small-gated: the k = 2 cells took 1.4-2.0
 
 @dataclass(frozen=True)
 class GatedScores(Scores):
-    """`Scores` whose `extra` says what the gate did: verified (count), verified_ids, band, attention_tokens,
-    exact_tokens."""
+    """`Scores` whose `extra` says what the gate did: verified (count), verified_ids, stored, band,
+    attention_tokens, exact_tokens."""
 
 
 def unsettled(raw: np.ndarray, verified: np.ndarray, threshold: float, band: float) -> np.ndarray:
@@ -78,16 +85,17 @@ def _sum_of_others(values: np.ndarray) -> np.ndarray:
 
 
 def gate(predicted: np.ndarray, threshold: float, band: float,
-         exact: Callable[[list[int]], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+         exact: Callable[[list[int]], np.ndarray], first: Sequence[int] = ()) -> tuple[np.ndarray, np.ndarray]:
     """The gate, written once (the estimator and the band sizing of `ascp fit-probe` both run it):
-    the last passage is always scored exactly (deleting the last block re-feeds only the question
-    and the response, what one knockout pass feeds), then the predictions of the unsettled passages
-    are replaced by `exact(indices)` until every decision is settled. Returns (scores, verified
-    mask). A band of 0 verifies the last passage only; an infinite band verifies every passage (the
+    the last passage and the passages in `first` are scored exactly (deleting the last block
+    re-feeds only the question and the response, what one knockout pass feeds; `first` are those
+    whose exact pass is as cheap), then the predictions of the unsettled passages are replaced by
+    `exact(indices)` until every decision is settled. Returns (scores, verified mask). A band of 0
+    verifies the last passage and `first` only; an infinite band verifies every passage (the
     result is `loo`'s)."""
     raw = np.array(predicted, dtype=np.float64)
     verified = np.zeros(len(raw), dtype=bool)
-    todo = [len(raw) - 1] if len(raw) else []
+    todo = sorted({*map(int, first), len(raw) - 1}) if len(raw) else []
     while todo:
         raw[todo] = exact(todo)
         verified[todo] = True
@@ -125,16 +133,21 @@ class GatedEstimator(AttentionEstimator):
         cut = free_threshold(k) if self.threshold is None else float(self.threshold)
         ablations = Ablations(lm, item.prompt, item.response_ids, reuse_prefix=self.reuse_prefix)
 
+        deletions = [{i + 1: ""} for i in range(k)]
+
         def exact(indices: list[int]) -> np.ndarray:
-            ablated = ablations.score([{i + 1: ""} for i in indices])
+            ablated = ablations.score([deletions[i] for i in indices])
             full = ablations.full_logprobs.mean()
             return np.array([full - a.mean() for a in ablated])
 
-        if k <= EXACT_UP_TO:
+        stored = ablations.stored(deletions)  # a context probed before: these deletions cost a knockout's tokens
+        if k <= EXACT_UP_TO or len(stored) == k:
             raw, verified, attention_tokens = exact(list(range(k))), np.ones(k, dtype=bool), 0
         else:
-            read = attention_pass(lm, item.prompt, item.response_ids, self.name)
-            raw, verified = gate(fitted.predict(read.features, read.knockout), cut, band, exact)
+            # the passages the gate scores exactly first need no knockout: their predictions are never read
+            predicted_only = [i for i in range(k - 1) if i not in stored]
+            read = attention_pass(lm, item.prompt, item.response_ids, self.name, knockout_of=predicted_only)
+            raw, verified = gate(fitted.predict(read.features, read.knockout), cut, band, exact, first=stored)
             attention_tokens = read.tokens_processed
         exact_tokens = ablations.tokens_processed
         return GatedScores(
@@ -142,7 +155,7 @@ class GatedEstimator(AttentionEstimator):
             tokens_processed=attention_tokens + exact_tokens,
             extra={"verified": int(verified.sum()),
                    "verified_ids": [item.passages[i].id for i in np.flatnonzero(verified)],
-                   "band": band, "threshold": cut, "attention_tokens": attention_tokens,
+                   "stored": len(stored), "band": band, "threshold": cut, "attention_tokens": attention_tokens,
                    "exact_tokens": exact_tokens},
         )
 
