@@ -104,8 +104,5 @@ def row(name: str, cell: dict[str, float], probed: bool) -> str:
     return line
 
 
-    return 0
-
-
 if __name__ == "__main__":
     raise SystemExit(main())
