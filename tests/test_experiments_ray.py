@@ -13,6 +13,7 @@ import pytest
 import yaml
 from conftest import units_by_key
 
+from ascp.errors import AscpError
 from ascp.experiments import run_experiment
 from ascp.experiments.plan import UnitKey
 
@@ -115,3 +116,58 @@ def test_a_worker_killed_mid_run_loses_nothing(cluster, reference, spec_path, tm
     assert len(lines) == 2 * N_CASES
     later = seen[seen.index(next(s for s in seen if s[1] == killed[0])) + 1:]
     assert killed[0] not in {pid for _, pid in later}  # the killed process returned nothing after its death
+
+
+@pytest.mark.slow
+def test_workers_the_cluster_cannot_hold_wait_and_the_run_finishes_without_them(cluster, reference, spec_path,
+                                                                                 tmp_path):
+    """Three workers of one CPU on two CPUs: the third stays pending. Chunks go only to placed workers,
+    so the run ends (handing one to the pending worker would wait on it for ever)."""
+    reported: dict[str, int] = {}
+
+    def give_up(*_):
+        raise TimeoutError("the run did not finish: a chunk waits on a worker the cluster cannot place")
+
+    signal.signal(signal.SIGALRM, give_up)
+    signal.alarm(300)
+    try:
+        result = run_experiment(spec_path, tmp_path / "ray", executor="ray", workers=3,
+                                on_worker=lambda label, units: reported.__setitem__(label, units))
+    finally:
+        signal.alarm(0)
+    assert result.done == 2 * N_CASES
+    assert units_by_key(tmp_path / "ray") == units_by_key(reference)
+    assert len(reported) == 2 and sum(reported.values()) == 2 * N_CASES
+
+
+@pytest.mark.slow
+def test_a_worker_no_node_can_hold_is_one_clear_error_before_any_unit(cluster, spec_path, tmp_path):
+    with pytest.raises(AscpError, match=r"no node of the Ray cluster can hold a worker that reserves 1 CPU, "
+                                        r"100000\.0 GB memory \(the largest node offers 2 CPU, [0-9.]+ GB memory\)"):
+        run_experiment(spec_path, tmp_path / "ray", executor="ray", workers=1, memory_per_worker_gb=1e5)
+    assert not (tmp_path / "ray" / "units.jsonl").exists() or not (tmp_path / "ray" / "units.jsonl").read_text()
+
+
+def test_worker_reservations_are_checked_against_every_node():
+    from ascp.experiments.executors import check_placeable, worker_resources
+
+    assert worker_resources(1, 0, 0) == {"CPU": 1.0}
+    assert worker_resources(2, 1, 1.5) == {"CPU": 2.0, "GPU": 1.0, "memory": 1.5 * 2**30}
+    nodes = [{"CPU": 16.0, "memory": 64 * 2**30}, {"CPU": 4.0, "GPU": 1.0, "memory": 16 * 2**30}]
+    check_placeable({"CPU": 4.0, "GPU": 1.0}, nodes)  # the GPU node holds it
+    check_placeable({"CPU": 8.0, "memory": 32 * 2**30}, nodes)  # the large CPU node holds it
+    with pytest.raises(AscpError, match=r"reserves 8 CPU, 1 GPU \(the largest node offers 16 CPU, 1 GPU\)"):
+        check_placeable({"CPU": 8.0, "GPU": 1.0}, nodes)  # no single node has both
+    with pytest.raises(AscpError, match="--memory-per-worker must be a number at least 0, got -1"):
+        worker_resources(1, 0, -1)
+
+
+def test_a_negative_reservation_is_one_sentence_before_ray_starts(spec_path, tmp_path):
+    from conftest import invoke_cli
+
+    result = invoke_cli(["experiment", "run", spec_path, "--out", tmp_path / "run", "--executor", "ray",
+                         "--memory-per-worker", "-2"])
+    assert result.exit_code != 0
+    assert "--memory-per-worker must be a number at least 0, got -2" in result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "run").exists()

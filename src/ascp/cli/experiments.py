@@ -26,6 +26,9 @@ WorkersOpt = Annotated[int, typer.Option("--workers", help="Ray actors per model
 AddressOpt = Annotated[str | None, typer.Option("--address", help="Join this Ray cluster; default: start a local one.")]
 CpusPerWorkerOpt = Annotated[float, typer.Option("--cpus-per-worker", help="Ray: CPUs per actor.")]
 GpusPerWorkerOpt = Annotated[float, typer.Option("--gpus-per-worker", help="Ray: GPUs per actor.")]
+MemoryPerWorkerOpt = Annotated[float, typer.Option(
+    "--memory-per-worker", help="Ray: GB of memory each actor reserves, so a node runs only the actors it "
+    "can hold (0: no reservation).")]
 
 
 experiment_app = typer.Typer(
@@ -35,16 +38,21 @@ experiment_app = typer.Typer(
 app.add_typer(experiment_app, name="experiment")
 
 
-def _ray_options(executor: str, cpus_per_worker: float, gpus_per_worker: float) -> dict[str, Any]:
+def _ray_options(executor: str, cpus_per_worker: float, gpus_per_worker: float,
+                 memory_per_worker: float) -> dict[str, Any]:
     """The Ray executor's options: resources per actor and a line per finished chunk with the units
     each worker has done."""
     if executor != "ray":
         return {}
+    from ascp.experiments.executors import worker_resources
+
+    worker_resources(cpus_per_worker, gpus_per_worker, memory_per_worker)  # one sentence before anything is written
 
     def on_worker(label: str, units: int) -> None:
         err.print(f"{label}: {units} units done", markup=False, highlight=False)
 
-    return {"cpus_per_worker": cpus_per_worker, "gpus_per_worker": gpus_per_worker, "on_worker": on_worker}
+    return {"cpus_per_worker": cpus_per_worker, "gpus_per_worker": gpus_per_worker,
+            "memory_per_worker_gb": memory_per_worker, "on_worker": on_worker}
 
 
 @experiment_app.command("run")
@@ -56,6 +64,7 @@ def experiment_run(
     address: AddressOpt = None,
     cpus_per_worker: CpusPerWorkerOpt = 1.0,
     gpus_per_worker: GpusPerWorkerOpt = 0.0,
+    memory_per_worker: MemoryPerWorkerOpt = 0.0,
     embedder: EmbedderOverrideOpt = None,
     request_cache: RequestCacheOpt = None,
     prefix_cache_mb: PrefixCacheOpt = None,
@@ -67,7 +76,7 @@ def experiment_run(
     with user_errors():
         check_out_location(out_dir)
         plan = prepare(spec, executor, workers, embedder=embedder, prefix_cache_mb=prefix_cache_mb)
-        options = _ray_options(executor, cpus_per_worker, gpus_per_worker)
+        options = _ray_options(executor, cpus_per_worker, gpus_per_worker, memory_per_worker)
         bar, on_start, progress = _experiment_progress(f"{plan.spec.name} ({executor})")
 
         try:
@@ -246,13 +255,14 @@ def reproduce_command(
     address: AddressOpt = None,
     cpus_per_worker: CpusPerWorkerOpt = 1.0,
     gpus_per_worker: GpusPerWorkerOpt = 0.0,
+    memory_per_worker: MemoryPerWorkerOpt = 0.0,
 ) -> None:
     """Run a packaged reduction of the paper's experiments, then report which of its signs reproduce."""
     from ascp.report.reproduce import reproduce
 
     with user_errors():
         bar, on_start, progress = _experiment_progress(f"{preset} ({executor})")
-        options = _ray_options(executor, cpus_per_worker, gpus_per_worker)
+        options = _ray_options(executor, cpus_per_worker, gpus_per_worker, memory_per_worker)
         try:
             with bar:
                 result, report = reproduce(preset, out_dir, data_root, limit, progress=progress, on_start=on_start,

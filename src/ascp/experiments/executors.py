@@ -9,10 +9,13 @@ restarted with its chunk retried (`run_ray`). Both run `execute.run_chunk` on th
 
 from __future__ import annotations
 
+import collections
 import gc
 import itertools
+import math
 import os
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ascp.errors import AscpError
 from ascp.experiments.embedders import EmbedFn, MemoEmbedder, resolve_embedder
@@ -97,16 +100,45 @@ class ChunkWorker:
         return [] if self.error is not None else savings_of(f"{name} (worker {os.getpid()})", self.lm)
 
 
+def worker_resources(cpus: float, gpus: float, memory_gb: float) -> dict[str, float]:
+    """What one actor reserves, in Ray's resource names (memory in bytes; absent when 0)."""
+    for flag, value in (("--cpus-per-worker", cpus), ("--gpus-per-worker", gpus),
+                        ("--memory-per-worker", memory_gb)):
+        if not math.isfinite(value) or value < 0:
+            raise AscpError(f"{flag} must be a number at least 0, got {value!r}.")
+    need = {"CPU": float(cpus), "GPU": float(gpus), "memory": float(memory_gb) * 2**30}
+    return {name: amount for name, amount in need.items() if amount > 0}
+
+
+def check_placeable(need: dict[str, float], nodes: Sequence[dict[str, float]]) -> None:
+    """One sentence if no node (its total resources) could ever hold one actor reserving `need`:
+    Ray would keep such an actor pending, and its chunks waiting, for ever."""
+    if any(all(node.get(name, 0.0) >= amount for name, amount in need.items()) for node in nodes):
+        return
+    def shown(name: str, amount: float) -> str:
+        return f"{amount / 2**30:.1f} GB memory" if name == "memory" else f"{amount:g} {name}"
+    largest = {name: max((node.get(name, 0.0) for node in nodes), default=0.0) for name in need}
+    raise AscpError(f"no node of the Ray cluster can hold a worker that reserves "
+                    f"{', '.join(shown(n, a) for n, a in need.items())} (the largest node offers "
+                    f"{', '.join(shown(n, a) for n, a in largest.items())}); lower --cpus-per-worker, "
+                    f"--gpus-per-worker or --memory-per-worker, or add a larger node.")
+
+
 WorkerDone = Callable[[str, int], None]  # (worker label "worker I (pid P)", units that worker has returned so far)
 MAX_RESTARTS = 3  # restarts of a Ray worker whose process died (its chunk in flight is retried on the new one)
 
 
 def run_ray(chunks: Sequence[Chunk], store: RunStore, workers: int = 1, address: str | None = None,
             embed_fn: EmbedFn | None = None, progress: Progress | None = None,
-            cpus_per_worker: float = 1, gpus_per_worker: float = 0, request_cache: str | None = None,
-            on_worker: WorkerDone | None = None) -> list[str]:
+            cpus_per_worker: float = 1, gpus_per_worker: float = 0, memory_per_worker_gb: float = 0,
+            request_cache: str | None = None, on_worker: WorkerDone | None = None) -> list[str]:
     """Run chunks on Ray actors: `workers` actors per model. Uses the Ray session already
     initialised in this process if any, else joins `address`, else starts a local cluster.
+
+    Each actor reserves `cpus_per_worker`, `gpus_per_worker` and `memory_per_worker_gb` (0: no
+    reservation) and is sent chunks only once it is placed and has loaded its model: actors the
+    cluster cannot hold now wait and join when room appears (an autoscaler's new node, another job
+    ending), and the run finishes without them. An actor no node could ever hold is an error.
 
     Fault tolerance: a worker whose process dies (killed, out of memory) is restarted by Ray up to
     `MAX_RESTARTS` times, reloading its model, and the chunk it was running is retried there; the
@@ -114,9 +146,9 @@ def run_ray(chunks: Sequence[Chunk], store: RunStore, workers: int = 1, address:
     twice. `on_worker(label, units)` is called after each chunk with the units that worker has done.
     Returns what each worker's request cache and prefix store saved."""
     ray = import_ray()
-    from ray.util import ActorPool
 
     progress = progress or _quiet
+    need = worker_resources(cpus_per_worker, gpus_per_worker, memory_per_worker_gb)  # checked before Ray starts
     started = False
     if not ray.is_initialized():
         try:
@@ -126,11 +158,14 @@ def run_ray(chunks: Sequence[Chunk], store: RunStore, workers: int = 1, address:
             raise AscpError(f"cannot start or join {where} ({exc.__class__.__name__}: {exc}); check --address."
                             ) from None
         started = True
-    remote = ray.remote(num_cpus=cpus_per_worker, num_gpus=gpus_per_worker, max_restarts=MAX_RESTARTS,
-                        max_task_retries=MAX_RESTARTS)(ChunkWorker)
     savings: list[str] = []
-    done_by: dict[int, int] = {}
     try:
+        check_placeable(need, [node["Resources"] for node in ray.nodes() if node.get("Alive")])
+        options = {"num_cpus": cpus_per_worker, "num_gpus": gpus_per_worker}
+        if "memory" in need:
+            options["memory"] = need["memory"]
+        remote = ray.remote(max_restarts=MAX_RESTARTS, max_task_retries=MAX_RESTARTS, **options)(ChunkWorker)
+        done_by: dict[int, int] = {}
         for model, grouped in itertools.groupby(chunks, key=lambda c: c.model):
             group = list(grouped)
             settings = group[0].settings
@@ -140,14 +175,29 @@ def run_ray(chunks: Sequence[Chunk], store: RunStore, workers: int = 1, address:
                                     settings.backend, settings, request_cache, i)
                       for i in range(max(1, min(workers, len(group))))]
             try:
-                pool = ActorPool(actors)
-                for index, pid, records in pool.map_unordered(lambda actor, chunk: actor.run.remote(chunk), group):
-                    rounds = sum(r["T"] for r in records)
-                    progress(rounds, sum(store.write(r) for r in records))
-                    done_by[index] = done_by.get(index, 0) + len(records)
-                    if on_worker is not None:
-                        on_worker(f"worker {index} (pid {pid})", done_by[index])
-                for lines in ray.get([actor.savings.remote(model.name) for actor in actors]):
+                ready = {actor.__ray_ready__.remote(): actor for actor in actors}  # placed and loaded
+                placed: list[Any] = []
+                idle: list[Any] = []
+                running: dict[Any, Any] = {}  # chunk result -> the actor running it
+                todo = collections.deque(group)
+                while todo or running:
+                    (ref,), _ = ray.wait([*running, *ready], num_returns=1)
+                    if ref in ready:
+                        ray.get(ref)
+                        placed.append(ready.pop(ref))
+                        idle.append(placed[-1])
+                    else:
+                        idle.append(running.pop(ref))
+                        index, pid, records = ray.get(ref)
+                        rounds = sum(r["T"] for r in records)
+                        progress(rounds, sum(store.write(r) for r in records))
+                        done_by[index] = done_by.get(index, 0) + len(records)
+                        if on_worker is not None:
+                            on_worker(f"worker {index} (pid {pid})", done_by[index])
+                    while todo and idle:
+                        actor = idle.pop()
+                        running[actor.run.remote(todo.popleft())] = actor
+                for lines in ray.get([actor.savings.remote(model.name) for actor in placed]):
                     savings += lines
             except ray.exceptions.RayTaskError as exc:
                 cause = getattr(exc, "cause", None)
