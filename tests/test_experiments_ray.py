@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -141,11 +142,19 @@ def test_workers_the_cluster_cannot_hold_wait_and_the_run_finishes_without_them(
 
 
 @pytest.mark.slow
-def test_a_worker_no_node_can_hold_is_one_clear_error_before_any_unit(cluster, spec_path, tmp_path):
-    with pytest.raises(AscpError, match=r"no node of the Ray cluster can hold a worker that reserves 1 CPU, "
-                                        r"100000\.0 GB memory \(the largest node offers 2 CPU, [0-9.]+ GB memory\)"):
-        run_experiment(spec_path, tmp_path / "ray", executor="ray", workers=1, memory_per_worker_gb=1e5)
-    assert not (tmp_path / "ray" / "units.jsonl").exists() or not (tmp_path / "ray" / "units.jsonl").read_text()
+def test_a_worker_no_node_of_a_local_cluster_can_hold_is_one_clear_error_before_any_unit(spec_path, tmp_path):
+    """The user's shell: `ascp experiment run` starts its own local cluster (a joined cluster only
+    warns: its autoscaler may add a node that holds the worker)."""
+    from conftest import run_ascp
+
+    done = run_ascp("experiment", "run", spec_path, "--out", tmp_path / "run", "--executor", "ray",
+                    "--memory-per-worker", "100000", home=tmp_path / "home")
+    assert done.returncode != 0
+    assert re.search(r"no node of the Ray cluster can hold a worker that reserves 1 CPU, 100000\.0 GB memory "
+                     r"\(the largest node offers [0-9.]+ CPU, [0-9.]+ GB memory\)", " ".join(done.stderr.split()))
+    assert "Traceback" not in done.stderr
+    units = tmp_path / "run" / "units.jsonl"
+    assert not units.exists() or not units.read_text(encoding="utf-8").strip()
 
 
 def test_worker_reservations_are_checked_against_every_node():

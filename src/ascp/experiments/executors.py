@@ -14,6 +14,7 @@ import gc
 import itertools
 import math
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -138,7 +139,8 @@ def run_ray(chunks: Sequence[Chunk], store: RunStore, workers: int = 1, address:
     Each actor reserves `cpus_per_worker`, `gpus_per_worker` and `memory_per_worker_gb` (0: no
     reservation) and is sent chunks only once it is placed and has loaded its model: actors the
     cluster cannot hold now wait and join when room appears (an autoscaler's new node, another job
-    ending), and the run finishes without them. An actor no node could ever hold is an error.
+    ending), and the run finishes without them. An actor no node of a local cluster could ever hold
+    is an error; on a joined cluster, a warning (its autoscaler may add such a node).
 
     Fault tolerance: a worker whose process dies (killed, out of memory) is restarted by Ray up to
     `MAX_RESTARTS` times, reloading its model, and the chunk it was running is retried there; the
@@ -160,7 +162,13 @@ def run_ray(chunks: Sequence[Chunk], store: RunStore, workers: int = 1, address:
         started = True
     savings: list[str] = []
     try:
-        check_placeable(need, [node["Resources"] for node in ray.nodes() if node.get("Alive")])
+        try:
+            check_placeable(need, [node["Resources"] for node in ray.nodes() if node.get("Alive")])
+        except AscpError as exc:
+            if started:  # a local cluster never grows
+                raise
+            # a joined cluster may: its autoscaler adds a node for pending actors
+            warnings.warn(f"{exc} Waiting for the cluster to add one.", stacklevel=2)
         options = {"num_cpus": cpus_per_worker, "num_gpus": gpus_per_worker}
         if "memory" in need:
             options["memory"] = need["memory"]
