@@ -169,10 +169,8 @@ def run_ray(chunks: Sequence[Chunk], store: RunStore, workers: int = 1, address:
                 raise
             # a joined cluster may: its autoscaler adds a node for pending actors
             warnings.warn(f"{exc} Waiting for the cluster to add one.", stacklevel=2)
-        options = {"num_cpus": cpus_per_worker, "num_gpus": gpus_per_worker}
-        if "memory" in need:
-            options["memory"] = need["memory"]
-        remote = ray.remote(max_restarts=MAX_RESTARTS, max_task_retries=MAX_RESTARTS, **options)(ChunkWorker)
+        remote = ray.remote(num_cpus=need.get("CPU", 0), num_gpus=need.get("GPU", 0), memory=need.get("memory"),
+                            max_restarts=MAX_RESTARTS, max_task_retries=MAX_RESTARTS)(ChunkWorker)
         done_by: dict[int, int] = {}
         for model, grouped in itertools.groupby(chunks, key=lambda c: c.model):
             group = list(grouped)
@@ -192,8 +190,9 @@ def run_ray(chunks: Sequence[Chunk], store: RunStore, workers: int = 1, address:
                     (ref,), _ = ray.wait([*running, *ready], num_returns=1)
                     if ref in ready:
                         ray.get(ref)
-                        placed.append(ready.pop(ref))
-                        idle.append(placed[-1])
+                        actor = ready.pop(ref)
+                        placed.append(actor)
+                        idle.append(actor)
                     else:
                         idle.append(running.pop(ref))
                         index, pid, records = ray.get(ref)
