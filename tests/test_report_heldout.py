@@ -73,6 +73,15 @@ def test_chunks_run_every_condition_of_a_block_before_the_next_block(tmp_path, m
                      ("vanilla", ["p3", "p4"]), ("rotate", ["p6"]), ("vanilla", ["p6"])]
 
 
+def test_chunks_run_every_task_at_the_first_seed_before_the_second_seed(tmp_path, monkeypatch):
+    monkeypatch.setattr("ascp.lm.resolve.embedded_gguf", lambda: "x.gguf")
+    raw = spec_with(tmp_path, positions="0-2", min_pool=4)  # p0, p2
+    raw["tasks"].append({**raw["tasks"][0], "name": "other"})
+    raw.update(seeds=[0, 1], batch_cases=2)
+    order = [(chunk.seed, chunk.task) for chunk in make_plan(parse_spec(raw)).chunks()]
+    assert order == [(0, "toy"), (0, "other"), (1, "toy"), (1, "other")]
+
+
 @pytest.mark.parametrize("value", ["5-1", "a-b", "1-", -1, [1, 2]])
 def test_bad_positions_are_one_sentence_naming_the_field(tmp_path, value):
     with pytest.raises(AscpError, match=r"^spec field tasks\[0\]\.positions: expected FIRST-LAST"):
@@ -86,6 +95,29 @@ def test_positions_past_the_end_of_the_file(tmp_path, monkeypatch):
 
 
 # ----- the preset and its development split ----------------------------------------------------------
+
+def test_table_11_by_task_shows_each_task_beside_the_equal_weight_pool(tmp_path):
+    # ASQA on 10 queries with Ascp +0.10 over vanilla; HotpotQA on 3 queries with no effect. The pooled row gives
+    # the two tasks equal weight; the by-task rows must recover each task's own paired mean.
+    records = (frame_records({"ascp(k=5,T=5)": 0.10, "vanilla(k=5,T=5)": 0.0}, n=10, tasks=("asqa",))
+               + frame_records({"ascp(k=5,T=5)": 0.0, "vanilla(k=5,T=5)": 0.0}, n=3, tasks=("hotpotqa",)))
+    report = write_report(write_store(tmp_path / "run", records), n_boot=300)
+    data = json.loads((report.out / "tables" / "tables.json").read_text(encoding="utf-8"))
+    rows = {r["task"]: r for r in data["table11_ascp_k5_T5_by_task"]["data"]}
+    pr = {(r["task"], r["seed"], r["case_id"], r["condition"].split("(")[0]): r["pr"] for r in records}
+    for task, n in (("asqa", 10), ("hotpotqa", 3)):
+        diffs = [v - pr[(t, s, q, "vanilla")] for (t, s, q, cond), v in pr.items() if t == task and cond == "ascp"]
+        assert rows[task]["delta_pr_mean"] == pytest.approx(np.mean(diffs))
+        assert rows[task]["queries"] == n and rows[task]["label"] == "vanilla RAG"
+    assert rows["asqa"]["delta_pr_mean"] == pytest.approx(0.10, abs=0.01)
+    pooled = data["table11_ascp_k5_T5"]["data"][0]
+    equal_weights = (rows["asqa"]["delta_pr_mean"] + rows["hotpotqa"]["delta_pr_mean"]) / 2
+    assert pooled["delta_pr_mean"] == pytest.approx(equal_weights)
+    md = (report.out / "tables" / "table11_ascp_k5_T5_by_task.md").read_text(encoding="utf-8")
+    assert "| hotpotqa | vanilla RAG |" in md
+    one_task = write_report(write_store(tmp_path / "one", records[: 2 * 2 * 10]), n_boot=100)
+    assert "table11_ascp_k5_T5" in one_task.tables and "table11_ascp_k5_T5_by_task" not in one_task.tables
+
 
 @pytest.mark.skipif(not (ASQA_ROOT / "hotpotqa" / "hotpotqa_dev_distractor_ircot.jsonl").is_file(),
                     reason="the shared ASQA and HotpotQA files (../shared/data) are absent")

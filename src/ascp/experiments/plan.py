@@ -47,13 +47,15 @@ class Plan:
     orders: dict[str, str] = field(default_factory=dict)  # task name -> pool order used (given | dense | bm25)
 
     def chunks(self) -> Iterator[Chunk]:
-        """All chunks, in execution order: model (loaded once), task, seed, block of cases, condition; so a
-        run stopped early holds every condition of the blocks it finished (paired contrasts on them)."""
+        """All chunks, in execution order: model (loaded once), seed, task, block of cases, condition; so a
+        run stopped early holds every condition of the blocks it finished (paired contrasts on them), and
+        every task at the first seed before a second seed starts (a second seed is the first thing a
+        short budget gives up, a second task the last)."""
         size = self.spec.settings.batch_cases
         for model in self.spec.models:
-            for task in self.spec.tasks:
-                cases = self.cases[task.name]
-                for seed in self.spec.seeds:
+            for seed in self.spec.seeds:
+                for task in self.spec.tasks:
+                    cases = self.cases[task.name]
                     for lo in range(0, len(cases), size):
                         for condition in self.spec.conditions:
                             yield Chunk(task.name, model, seed, condition, cases[lo : lo + size], self.spec.settings)
