@@ -10,6 +10,7 @@ import pytest
 
 from ascp.attribution import make_estimator
 from ascp.errors import AscpError
+from ascp.lm.hf import length_groups
 from ascp.lm.prefixes import PrefixEntry, PrefixStore, prefix_store_from_env
 from ascp.lm.sampling import SamplingConfig
 from ascp.types import Passage
@@ -204,3 +205,27 @@ def test_llamacpp_generation_keeps_its_own_prefill_and_the_probe_fills_the_store
         lcpp.prefixes = None
     np.testing.assert_allclose(got[1], got[0], atol=1e-5)
     np.testing.assert_allclose(got[0], make_estimator("loo").score(lcpp, item).values, atol=1e-5)
+
+
+def test_length_groups_close_a_batch_before_padding_exceeds_the_slack():
+    assert length_groups([1000, 1010, 7282, 990, 1020]) == [[3, 0, 1, 4], [2]]  # the long prompt alone
+    assert length_groups([500] * 6) == [list(range(6))] and length_groups([]) == []
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        lengths = rng.integers(1, 3000, size=int(rng.integers(1, 20))).tolist()
+        groups = length_groups(lengths, slack=1.25)
+        assert sorted(i for g in groups for i in g) == list(range(len(lengths)))  # every prompt once
+        for g in groups:  # padded area within the slack, unless the batch is one prompt
+            assert len(g) == 1 or len(g) * max(lengths[i] for i in g) <= 1.25 * sum(lengths[i] for i in g)
+
+
+def test_prompts_of_very_different_lengths_prefill_apart_and_generate_as_alone(tiny_lm):
+    short = list(tiny_lm.encode_prompt(QUESTION, context(1)).ids)
+    long = list(tiny_lm.encode_prompt(QUESTION, context(5) * 3).ids)
+    assert len(long) > 2 * len(short)  # two length groups
+    rows, seeds = [short, long, short[:-1]], [7, 8, 9]
+    config = SamplingConfig(max_new_tokens=10)
+    alone = [without_store(tiny_lm).generate([row], config, [seed])[0] for row, seed in zip(rows, seeds, strict=True)]
+    lm = dataclasses.replace(tiny_lm, prefixes=PrefixStore(2**30))
+    assert lm.generate(rows, config, seeds, batch_size=8) == alone
+    assert without_store(tiny_lm).generate(rows, config, seeds, batch_size=8) == alone  # one padded pass agrees

@@ -234,11 +234,31 @@ def _padded_prefill(torch, lm, prompts):
     return out.logits[:, -1, :].to(torch.float32), cache, mask, positions[:, -1:]
 
 
+PADDING_SLACK = 1.25  # a prefill batch feeds at most this many times its prompts' own tokens
+
+
+def length_groups(lengths: Sequence[int], slack: float = PADDING_SLACK) -> list[list[int]]:
+    """Indices of `lengths` in batches for one padded pass each: ascending length, a batch closed when the
+    next prompt would make its padded area (rows x longest) exceed `slack` x its tokens. One long prompt
+    among short ones (a 7,000-token context beside 1,000-token ones) then runs alone instead of padding
+    every row to its length: attention's memory and time grow with rows x longest^2."""
+    groups: list[list[int]] = []
+    group: list[int] = []
+    tokens = 0
+    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+        if group and lengths[i] * (len(group) + 1) > slack * (tokens + lengths[i]):
+            groups.append(group)
+            group, tokens = [], 0
+        group.append(i)
+        tokens += lengths[i]
+    return [*groups, group] if group else groups
+
+
 def _stored_prefill(torch, lm, prompts, store: PrefixStore, room: int):
-    """`_padded_prefill` for the prompts the store does not hold (each distinct prompt once), then
-    every row from its prompt's keys, values and last logits (stored or just computed), stacked as
-    `_packed_prefill` stacks them; each computed prompt is kept in the store. Returns what
-    `_padded_prefill` returns."""
+    """`_padded_prefill` for the prompts the store does not hold (each distinct prompt once, in batches of
+    similar length: `length_groups`), then every row from its prompt's keys, values and last logits
+    (stored or just computed), stacked as `_packed_prefill` stacks them; each computed prompt is kept in
+    the store. Returns what `_padded_prefill` returns."""
     distinct = list(dict.fromkeys(tuple(p) for p in prompts))
     entries: dict[tuple[int, ...], PrefixEntry] = {}
     for ids in distinct:
@@ -246,10 +266,11 @@ def _stored_prefill(torch, lm, prompts, store: PrefixStore, room: int):
         if entry is not None:
             entries[ids] = entry
     todo = [ids for ids in distinct if ids not in entries]
-    if todo:
-        logits, cache, _, _ = _padded_prefill(torch, lm, todo)
-        width = max(len(ids) for ids in todo)
-        for row, ids in enumerate(todo):
+    for group in length_groups([len(ids) for ids in todo]):
+        batch = [todo[i] for i in group]
+        logits, cache, _, _ = _padded_prefill(torch, lm, batch)
+        width = max(len(ids) for ids in batch)
+        for row, ids in enumerate(batch):
             layers = [(layer.keys[row:row + 1, :, width - len(ids):].clone(),
                        layer.values[row:row + 1, :, width - len(ids):].clone()) for layer in cache.layers]
             entries[ids] = PrefixEntry(layers, len(ids), sum(k.nbytes + v.nbytes for k, v in layers) +
