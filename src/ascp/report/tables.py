@@ -377,30 +377,30 @@ def comparison_tables(frame, rng: np.random.Generator, n_boot: int) -> list[Tabl
              "MDE80 frame", "ΔECR", "Δground", "n"], rows, data))
         if n_tasks > 1:
             # its own generator, so adding this table leaves every other interval of the report as it was
-            tables.append(_by_task_table(frame, ref, baselines, number, rng.spawn(1)[0], n_boot))
+            tables.append(_by_task_table(frame, ref, rrow, baselines, number, rng.spawn(1)[0], n_boot))
     return tables
 
 
-def _by_task_table(frame, ref: str, baselines: list[tuple[str, str]], number: str, rng: np.random.Generator,
-                   n_boot: int) -> Table:
+def _by_task_table(frame, ref: str, rrow, baselines: list[tuple[str, str]], number: str,
+                   rng: np.random.Generator, n_boot: int) -> Table:
     """Table 10/11's ΔPR@T of each task on its own: the pooled row gives every task equal weight whatever
     its number of queries, so a task run on few queries moves it as much as one run on all of them."""
     from ascp.stats import detectable_effect
 
-    rrow = conditions(frame).loc[ref]
     rows, data = [], []
     for task in sorted(frame["task"].unique()):
         part = frame[frame["task"] == task]
         for base, label in baselines:
             pairs = paired(part, ref, base, "pr")
             pr = estimate_difference(pairs, rng, n_boot)
+            queries = int(pairs["query"].nunique())
             base_pr, ref_pr = task_weighted_mean(part, base, "pr"), task_weighted_mean(part, ref, "pr")
             mde = detectable_effect(pr.se) if pr else math.nan
             rows.append([task, label, num(base_pr), num(ref_pr), signed(pr.mean if pr else math.nan) + marker(
                 pr.p if pr else math.nan), interval(pr), pvalue(pr.p if pr else math.nan), num(mde),
-                str(pairs["query"].nunique())])
+                str(queries)])
             data.append({"task": task, "baseline": base, "label": label, "reference": ref, "baseline_pr": base_pr,
-                         "ascp_pr": ref_pr, "mde80": mde, "queries": int(pairs["query"].nunique()),
+                         "ascp_pr": ref_pr, "mde80": mde, "queries": queries,
                          **_est_dict("delta_pr", pr)})
     return Table(
         f"table{number}_ascp_k{rrow['k']}_T{rrow['T']}_by_task",
