@@ -1,6 +1,6 @@
 """Tokens fed with and without compute sharing, side by side in one run, for the demo and a cpu-small slice.
 
-Each workload runs every one of its conditions through the loop (`ascp.loop.portfolios.run_portfolios`
+Each workload runs every one of its conditions through the loop (`ascp.loop.portfolios.run_loop`
 with the experiment's `loop_config`: what `ascp demo`, `ascp run` and each experiment chunk run)
 twice on one loaded model:
 
@@ -162,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ascp.experiments.plan import loop_config
     from ascp.lm.prefixes import configure_prefixes
     from ascp.lm.request_cache import CachedModel, cached_model
-    from ascp.loop.portfolios import run_portfolios
+    from ascp.loop.portfolios import run_loop
 
     lm: Any = ascp.load_model("default", backend=args.backend)
     embed_fn = resolve_embedder("default")
@@ -186,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 portfolios = []
                 for condition in conditions:
                     portfolios += [replace(p, policy=condition.name) for p in
-                                   run_portfolios(model, cases, loop_config(condition, 0, settings), embed_fn)]
+                                   run_loop(model, cases, loop_config(condition, 0, settings), embed_fn)]
                 wall = time.perf_counter() - started
                 if isinstance(model, CachedModel):
                     c = model.cache.stats

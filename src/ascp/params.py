@@ -33,6 +33,37 @@ def is_number(value: object, finite: bool = True) -> TypeGuard[float]:
             and (not finite or math.isfinite(value)))
 
 
+def check_text(where: str, value: str) -> str:
+    """`value` itself when it is text a model and a file can hold: valid Unicode (an unpaired surrogate,
+    what a lone `\\ud800` in JSON or a split emoji leaves, no tokenizer can encode) and no NUL character
+    (C libraries and tokenizers cut text there). Otherwise one sentence naming `where` and the position."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise AscpError(
+            f"{where} holds an unpaired surrogate (invalid Unicode) at character {exc.start} "
+            f"({value[exc.start]!r}); remove it or decode the source text as UTF-8 with errors='replace'."
+        ) from None
+    nul = value.find("\x00")
+    if nul >= 0:
+        raise AscpError(f"{where} holds a NUL character at character {nul}; remove it from the text.")
+    return value
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_id(where: str, value: str) -> str:
+    """`value` itself when it is usable as an id: `check_text`, and no line break, tab or other control
+    character (an id is one field of a TREC run line, a JSONL key and a file name in reports)."""
+    check_text(where, value)
+    bad = _CONTROL.search(value)
+    if bad is not None:
+        raise AscpError(f"{where} {value!r} holds a control character ({bad.group()!r}) at character "
+                        f"{bad.start()}; give an id without line breaks, tabs or control characters.")
+    return value
+
+
 @dataclass(frozen=True)
 class Param:
     name: str

@@ -51,6 +51,13 @@ def free_threshold(k: int, scale: float = PAPER_FREE_SCALE, exponent: float = PA
     return scale * float(k) ** exponent
 
 
+def used_cut(k: int, threshold: float | None = None) -> float:
+    """THE threshold rule, written once: the cut on normalised scores a reading of k passages applies
+    (None: the free-generation tau(k); a number: that fixed threshold). The probe's reading, the
+    gate of `gated`, the fit's band sizing and the schedulers' similarity feedback all read it here."""
+    return free_threshold(k) if threshold is None else float(threshold)
+
+
 def used_mask(normalized: ArrayLike, threshold: float) -> np.ndarray:
     """The tau(k) rule: a passage is used when its normalised score reaches the threshold (and is positive)."""
     a = np.asarray(normalized, dtype=np.float64)
@@ -99,7 +106,7 @@ def read_scores(ids: Sequence[str], raw: ArrayLike, threshold: float | None = No
     threshold on normalised scores)."""
     ids = list(ids)
     norm = normalize(raw)
-    cut = free_threshold(len(ids)) if threshold is None else float(threshold)
+    cut = used_cut(len(ids), threshold)
     used = used_mask(norm, cut)
     return Reading(
         scores={d: float(s) for d, s in zip(ids, np.asarray(raw, dtype=np.float64), strict=True)},

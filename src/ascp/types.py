@@ -197,6 +197,9 @@ class Round:
     probe_tokens: int = 0  # tokens the probe fed (less with a warmer prefix store or request cache)
     probe_extra: Mapping[str, Any] = field(default_factory=dict)
     """What the estimator says it did (`Scores.extra`, e.g. `gated`'s passages verified exactly)."""
+    threshold: float | None = None
+    """The cut on normalised scores `used` was read at (tau(k) or the fixed threshold); None in records
+    written before rounds stated it."""
 
     def to_json(self) -> dict[str, Any]:
         """The round's record (a line of `rounds.jsonl` without the case id)."""
@@ -215,6 +218,8 @@ class Round:
             "generation_seconds": round(self.generation_seconds, 4),
             "probe_tokens": self.probe_tokens,
         }
+        if self.threshold is not None:
+            record["threshold"] = self.threshold
         if self.probe_extra:  # only estimators that report something (loo reports nothing)
             record["probe_extra"] = dict(self.probe_extra)
         return record
@@ -231,6 +236,7 @@ class Round:
             prompt_tokens=int(record.get("prompt_tokens", 0)),
             generation_seconds=float(record.get("generation_seconds", 0.0)),
             probe_tokens=int(record.get("probe_tokens", 0)), probe_extra=dict(record.get("probe_extra", {})),
+            threshold=None if record.get("threshold") is None else float(record["threshold"]),
         )
 
 

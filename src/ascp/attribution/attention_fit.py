@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,14 +29,14 @@ import numpy as np
 from ascp.attribution.attention_map import AttentionMap, model_digest
 from ascp.attribution.attention_pooling import attention_pass
 from ascp.attribution.base import ProbeInput
+from ascp.attribution.fit_readings import FitReadings, ReadContext, context_key
 from ascp.attribution.gated import gate
 from ascp.attribution.loo import LeaveOneOut
 from ascp.errors import AscpError
-from ascp.reading import free_threshold, normalize, used_mask
+from ascp.reading import normalize, used_cut, used_mask
 from ascp.types import Case, Passage
 
 if TYPE_CHECKING:
-    from ascp.attribution.fit_readings import FitReadings
     from ascp.lm.encoded import EncodedPrompt
     from ascp.lm.protocol import LanguageModel
     from ascp.lm.sampling import SamplingConfig
@@ -45,41 +45,6 @@ FIT_WIDTHS = (3, 5, 10, 24)
 TARGET_AGREEMENT = 0.99
 BAND_GRID = tuple(float(b) for b in np.round(np.arange(0.0, 0.5 + 1e-9, 0.0025), 4))
 """The bands `size_band` tries, in nats per response token (none reaching the target: an infinite band)."""
-
-
-@dataclass(frozen=True)
-class ReadContext:
-    """One context read both ways: features (k, layers, heads) and knockout scores (k,), and exact LOO (k,)."""
-
-    case_id: str
-    position: int
-    passage_ids: tuple[str, ...]
-    features: np.ndarray
-    loo: np.ndarray
-    response_tokens: int
-    prompt_tokens: int
-    attention_seconds: float
-    loo_seconds: float
-    attention_tokens: int
-    loo_tokens: int
-    spans: tuple[tuple[int, int], ...] = ()
-    """Each passage block's token span [start, end) in the prompt."""
-    response_ids: tuple[int, ...] = ()
-    """The sampled response's token ids: another feature can be read from a readings file without
-    sampling again (the exact `loo` is what costs)."""
-    knockout: np.ndarray | None = None
-    """Knockout scores (k,); None in a reading made before they were read (`read_contexts` adds them)."""
-
-    @property
-    def k(self) -> int:
-        return len(self.passage_ids)
-
-    def predicted(self, fitted: AttentionMap) -> np.ndarray:
-        """The map's prediction of this context's exact LOO scores."""
-        if self.knockout is None:
-            raise AscpError(f"the reading of case {self.case_id!r} has no knockout scores; complete it with "
-                            "ascp fit-probe --readings FILE.")
-        return fitted.predict(self.features, self.knockout)
 
 
 def draw_contexts(cases: Sequence[tuple[int, Case]], seed: int,
@@ -113,7 +78,6 @@ def read_contexts(lm: LanguageModel, drawn: Sequence[tuple[int, Case, tuple[Pass
     as it is read. Responses are sampled in batches of `batch_size` aligned to the item positions
     (position // batch_size), the same batches however the positions are split between runs, so a
     resumed or divided fit reads what one uninterrupted run reads."""
-    from ascp.attribution.fit_readings import context_key
     from ascp.attribution.probe import sample_responses
     from ascp.lm.sampling import derive_seed
 
@@ -206,22 +170,26 @@ def fit_weights(contexts: Sequence[ReadContext]) -> tuple[np.ndarray, float, flo
     return weights.reshape(shape), float(slope), intercept, float(ridge.alpha_)
 
 
-def gated_reading(fitted: AttentionMap, context: ReadContext, band: float) -> tuple[np.ndarray, np.ndarray]:
-    """The gate replayed on a read context (its exact scores stand in for the exact passes)."""
-    return gate(context.predicted(fitted), free_threshold(context.k), band,
+def gated_reading(fitted: AttentionMap, context: ReadContext, band: float,
+                  threshold: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The gate replayed on a read context under the probe's threshold rule (None: tau(k)); its exact
+    scores stand in for the exact passes."""
+    return gate(context.predicted(fitted), used_cut(context.k, threshold), band,
                 lambda indices: context.loo[indices])
 
 
-def agreement(fitted: AttentionMap, contexts: Sequence[ReadContext], band: float | None) -> tuple[float, float]:
-    """(share of passage decisions whose tau(k) `used` equals `loo`'s, share of passages verified
-    exactly) under the gate with `band` (None: the attention prediction alone)."""
+def agreement(fitted: AttentionMap, contexts: Sequence[ReadContext], band: float | None,
+              threshold: float | None = None) -> tuple[float, float]:
+    """(share of passage decisions whose `used` equals `loo`'s under the threshold rule (None: tau(k);
+    a number: that fixed threshold), share of passages verified exactly) under the gate with `band`
+    (None: the attention prediction alone)."""
     same = verified = total = 0
     for c in contexts:
-        cut = free_threshold(c.k)
+        cut = used_cut(c.k, threshold)
         if band is None:
             raw, exact = c.predicted(fitted), np.zeros(c.k, dtype=bool)
         else:
-            raw, exact = gated_reading(fitted, c, band)
+            raw, exact = gated_reading(fitted, c, band, threshold)
         same += int((used_mask(normalize(raw), cut) == used_mask(normalize(c.loo), cut)).sum())
         verified += int(exact.sum())
         total += c.k

@@ -27,11 +27,17 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ProbeInput:
+    """What one probe step reads. `threshold` is the rule the reading will apply (None: tau(k); a
+    number: that fixed threshold on normalised scores), set by `probe_response` from the probe's
+    settings, so an estimator that decides where to spend exact passes (`gated`) settles the very
+    decisions the reading makes."""
+
     question: str
     passages: tuple[Passage, ...]
     prompt: EncodedPrompt
     response_text: str
     response_ids: tuple[int, ...]
+    threshold: float | None = None
 
 
 @dataclass(frozen=True)

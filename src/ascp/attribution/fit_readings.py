@@ -1,4 +1,5 @@
-"""A fit's readings on disk (`ascp fit-probe --readings FILE`): every context read, one JSON line.
+"""A fit's readings on disk (`ascp fit-probe --readings FILE`): every context read (`ReadContext`, the
+record type, defined here beside its log), one JSON line.
 
 Reading a context (a sampled response, one attention pass, exact leave-one-out) is the whole cost
 of a fit, so each one is kept the moment it is read: a resumed fit reads only the contexts the
@@ -21,19 +22,56 @@ import fcntl
 import json
 import os
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ascp.attribution.attention_fit import ReadContext
+from ascp.attribution.attention_map import AttentionMap
 from ascp.errors import AscpError
+from ascp.jsonio import check_parent
 from ascp.results.records import keep_first
 
 ContextKey = tuple[str, tuple[str, ...]]
 READINGS_FEATURE = "at2-response-rows-v1"
 """The attention features a reading holds (its identity's "feature"); knockout scores, read later,
 are an optional part of each line, so readings made before them stay usable."""
+
+
+@dataclass(frozen=True)
+class ReadContext:
+    """One context read both ways: features (k, layers, heads) and knockout scores (k,), and exact LOO (k,)."""
+
+    case_id: str
+    position: int
+    passage_ids: tuple[str, ...]
+    features: np.ndarray
+    loo: np.ndarray
+    response_tokens: int
+    prompt_tokens: int
+    attention_seconds: float
+    loo_seconds: float
+    attention_tokens: int
+    loo_tokens: int
+    spans: tuple[tuple[int, int], ...] = ()
+    """Each passage block's token span [start, end) in the prompt."""
+    response_ids: tuple[int, ...] = ()
+    """The sampled response's token ids: another feature can be read from a readings file without
+    sampling again (the exact `loo` is what costs)."""
+    knockout: np.ndarray | None = None
+    """Knockout scores (k,); None in a reading made before they were read (`read_contexts` adds them)."""
+
+    @property
+    def k(self) -> int:
+        return len(self.passage_ids)
+
+    def predicted(self, fitted: AttentionMap) -> np.ndarray:
+        """The map's prediction of this context's exact LOO scores."""
+        if self.knockout is None:
+            raise AscpError(f"the reading of case {self.case_id!r} has no knockout scores; complete it with "
+                            "ascp fit-probe --readings FILE.")
+        return fitted.predict(self.features, self.knockout)
 
 
 def context_key(case_id: str, passage_ids: Iterable[str]) -> ContextKey:
@@ -69,8 +107,7 @@ def check_readings_path(path: Path) -> Path:
     path = Path(path)
     if path.is_dir():
         raise AscpError(f"readings file {path} is a folder; give a file path (a .jsonl file).")
-    if not path.parent.exists():
-        raise AscpError(f"the folder of readings file {path} does not exist; create it first.")
+    check_parent(path, "readings file")
     return path
 
 
@@ -142,4 +179,4 @@ def _drop_torn_tail(path: Path, handle: Any) -> None:
     handle.truncate(whole.rfind(b"\n") + 1)
 
 
-__all__ = ["READINGS_FEATURE", "ContextKey", "FitReadings", "check_readings_path", "context_key"]
+__all__ = ["READINGS_FEATURE", "ContextKey", "FitReadings", "ReadContext", "check_readings_path", "context_key"]

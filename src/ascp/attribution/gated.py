@@ -1,9 +1,10 @@
 """The gated estimator (`gated`): the one-pass prediction, exact leave-one-out where the decision is close.
 
 `attention` predicts every passage's `loo` score in one pass. The band is how far (nats per
-response token) an exact score may lie from its prediction. A passage whose tau(k) decision (or the
-fixed `threshold`'s) is not settled for every score vector within the band of the predictions is
-re-scored with exact deletion LOO through `Ablations`; the attention pass left the full prompt's
+response token) an exact score may lie from its prediction. A passage whose `used` decision is not
+settled for every score vector within the band of the predictions is re-scored with exact deletion
+LOO through `Ablations` (the threshold is the probe's own, fixed or tau(k), which reaches the
+estimator as `ProbeInput.threshold`); the attention pass left the full prompt's
 keys and values in the prefix store, so the exact passes feed the response once and then each
 variant's tail only. The last passage is always scored exactly: deleting the last block re-feeds
 only the question and the response, no more than one knockout pass. An exact score narrows the
@@ -37,7 +38,7 @@ from ascp.attribution.attention import WEIGHTS, AttentionEstimator
 from ascp.attribution.attention_pooling import attention_pass
 from ascp.attribution.base import ProbeInput, Scores
 from ascp.params import Param
-from ascp.reading import check_threshold, free_threshold
+from ascp.reading import used_cut
 
 if TYPE_CHECKING:
     from ascp.lm.protocol import LanguageModel
@@ -56,8 +57,9 @@ class GatedScores(Scores):
 
 
 def unsettled(raw: np.ndarray, verified: np.ndarray, threshold: float, band: float) -> np.ndarray:
-    """Passages not verified whose tau(k) decision could change if every unverified score moved
-    within `band` of its value (verified scores are exact and stay put).
+    """Passages whose tau(k) decision could change if every unverified score moved within `band` of its
+    value (verified scores are exact and stay put). Verified passages are included: a passage's own
+    score may be exact while its normalised score still moves with the others' sum.
 
     Passage i is used when its positive part reaches `threshold` times the sum of all positive
     parts, i.e. (1 - threshold) [x_i]_+ >= threshold * sum_{j != i} [x_j]_+. The decision is settled
@@ -73,7 +75,7 @@ def unsettled(raw: np.ndarray, verified: np.ndarray, threshold: float, band: flo
     used = (raw - width > 0) & ((1.0 - threshold) * low >= threshold * others_high)
     with np.errstate(invalid="ignore"):
         unused = (high <= 0) | ((1.0 - threshold) * high < threshold * others_low)
-    return ~verified & ~used & ~unused
+    return ~used & ~unused
 
 
 def _sum_of_others(values: np.ndarray) -> np.ndarray:
@@ -89,17 +91,22 @@ def gate(predicted: np.ndarray, threshold: float, band: float,
     """The gate, written once (the estimator and the band sizing of `ascp fit-probe` both run it):
     the last passage and the passages in `first` are scored exactly (deleting the last block
     re-feeds only the question and the response, what one knockout pass feeds; `first` are those
-    whose exact pass is as cheap), then the predictions of the unsettled passages are replaced by
-    `exact(indices)` until every decision is settled. Returns (scores, verified mask). A band of 0
-    verifies the last passage and `first` only; an infinite band verifies every passage (the
-    result is `loo`'s)."""
+    whose exact pass is as cheap), then, until every decision is settled, the unsettled unverified
+    passages are scored by `exact(indices)`; when a verified passage is still unsettled, only its
+    neighbours can settle it, so every unverified passage whose score can be positive within the band
+    is scored too. Returns (scores, verified mask). A band of 0 verifies the last passage and `first`
+    only; an infinite band verifies every passage (the result is `loo`'s)."""
     raw = np.array(predicted, dtype=np.float64)
     verified = np.zeros(len(raw), dtype=bool)
     todo = sorted({*map(int, first), len(raw) - 1}) if len(raw) else []
     while todo:
         raw[todo] = exact(todo)
         verified[todo] = True
-        todo = [int(i) for i in np.flatnonzero(unsettled(raw, verified, threshold, band))]
+        open_ = unsettled(raw, verified, threshold, band)
+        moving = open_ & ~verified
+        if (open_ & verified).any():  # a positive part that can still change moves every normalised score
+            moving |= ~verified & (raw + band > 0)
+        todo = [int(i) for i in np.flatnonzero(moving)]
     return raw, verified
 
 
@@ -111,26 +118,21 @@ class GatedEstimator(AttentionEstimator):
         Param("band", float, None, "how far (nats per response token) an exact score may lie from its prediction; "
               "passages whose decision that leaves open are re-scored exactly (none: the map's fitted band; "
               "inf: every passage, i.e. loo)", optional=True),
-        Param("threshold", float, None, "the used threshold the band is centred on (none: tau(k), as the probe's "
-              "default); give the probe's fixed threshold when it has one", optional=True),
         REUSE_PREFIX,
     )
 
-    def __init__(self, weights: str | None = None, band: float | None = None, threshold: float | None = None,
-                 reuse_prefix: bool = True) -> None:
+    def __init__(self, weights: str | None = None, band: float | None = None, reuse_prefix: bool = True) -> None:
         super().__init__(weights)
         if band is not None and not band >= 0:
             raise ValueError("band must be >= 0")
-        check_threshold(threshold, "gated's threshold")
         self.band = band
-        self.threshold = threshold
         self.reuse_prefix = reuse_prefix
 
     def score(self, lm: LanguageModel, item: ProbeInput) -> GatedScores:
         fitted = self.attention_map(lm)
         band = fitted.band if self.band is None else float(self.band)
         k = len(item.passages)
-        cut = free_threshold(k) if self.threshold is None else float(self.threshold)
+        cut = used_cut(k, item.threshold)  # the probe's own rule: the gate settles the decisions it reads
         ablations = Ablations(lm, item.prompt, item.response_ids, reuse_prefix=self.reuse_prefix)
 
         deletions = [{i + 1: ""} for i in range(k)]

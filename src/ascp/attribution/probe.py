@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,7 +29,7 @@ from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
 from ascp.lm.prompts import PromptTemplate
 from ascp.lm.sampling import SamplingConfig, derive_seed
-from ascp.params import validate
+from ascp.params import canonical_name, parse_name, parse_value, validate
 from ascp.reading import Reading, check_threshold, read_scores
 from ascp.types import AttributionRequest, AttributionResult, TokenLogprobs
 
@@ -39,11 +39,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ProbeSettings:
-    """How a fixed response is probed: the estimator by name, its options, the used threshold.
+    """How a fixed response is probed: the estimator with its options, and the threshold rule.
 
-    threshold: None: the free-generation threshold tau(k) = 0.555 k^-0.633 on normalised scores; a
-    number in [0, 1]: a fixed threshold. Names and options are checked here (one `AscpError`
-    naming the field), so a bad setting fails before any model loads.
+    Every edge (the command line's `--estimator`/`--threshold`, a spec, the Python API) builds this
+    once and everything below takes it. `estimator` is a name or a spec in the schedulers' syntax,
+    `contextcite(num_ablations=64)`; options written there join `options` (the same key in both is
+    refused). threshold: None: the free-generation threshold tau(k) = 0.555 k^-0.633 on normalised
+    scores; a number in [0, 1]: a fixed threshold. The name, the options and the threshold are
+    checked here (one `AscpError` naming the field), so a bad setting fails before any model loads;
+    afterwards `estimator` is the bare name and `options` the validated options.
     """
 
     estimator: str = DEFAULT_ESTIMATOR
@@ -54,17 +58,47 @@ class ProbeSettings:
         if not isinstance(self.estimator, str):
             raise AscpError(f"estimator must be a name such as loo or bm25 (see `ascp estimators`), got a "
                             f"{type(self.estimator).__name__}.")
+        if not isinstance(self.options, Mapping):
+            raise AscpError(f"estimator options must be a mapping of option names to values, got a "
+                            f"{type(self.options).__name__}.")
+        name, pairs = parse_name(self.estimator, "estimator", "contextcite(num_ablations=64)")
+        written = {key: parse_value(value) for key, value in pairs}
+        both = sorted(set(written) & set(self.options))
+        if both:
+            raise AscpError(f"estimator {self.estimator!r}: option {both[0]} is given twice (in the name and as an "
+                            "option); give it once.")
         check_threshold(self.threshold)
-        options = validate(f"estimator {self.estimator!r}", estimator_params(self.estimator), dict(self.options))
+        options = validate(f"estimator {name!r}", estimator_params(name), {**written, **self.options})
+        object.__setattr__(self, "estimator", name)
         object.__setattr__(self, "options", options)
+        if self.threshold is not None:
+            object.__setattr__(self, "threshold", float(self.threshold))
+
+    @property
+    def spec(self) -> str:
+        """The estimator with its options as `ProbeSettings` reads it back: `contextcite(num_ablations=64)`."""
+        return canonical_name(self.estimator, self.options)
 
     def build(self, seed: int | None = None) -> Estimator:
-        """The estimator; `seed` becomes its `seed` option when it declares one (`needs_seed`) and the
-        options give none."""
+        """The estimator. THE seed rule of seeded estimators (`needs_seed`, ContextCite's masks): `seed`
+        (the run's, or one derived per request) becomes the `seed` option unless the options give one."""
         options = dict(self.options)
         if seed is not None and estimator_facts(self.estimator).needs_seed:
             options.setdefault("seed", seed)
         return make_estimator(self.estimator, **options)
+
+
+def probe_settings(estimator: str | ProbeSettings | None = None, threshold: float | None = None,
+                   options: Mapping[str, Any] | None = None) -> ProbeSettings:
+    """The probe's settings from what an edge received: an estimator name or spec (None: the default
+    estimator) with a threshold and options, or ready `ProbeSettings` (then with neither beside it)."""
+    if isinstance(estimator, ProbeSettings):
+        if threshold is not None or options:
+            raise AscpError("give the threshold and the estimator options inside the ProbeSettings, not beside it.")
+        return estimator
+    if estimator is None:
+        return ProbeSettings(options=dict(options or {}), threshold=threshold)
+    return ProbeSettings(estimator, dict(options or {}), threshold)
 
 
 @dataclass(frozen=True)
@@ -95,9 +129,11 @@ class ProbeReading:
 
 def probe_response(lm: LanguageModel, estimator: Estimator, item: ProbeInput,
                    threshold: float | None = None) -> ProbeReading:
-    """THE probe step: score every passage of `item` for its fixed response and read the scores.
+    """THE probe step: score every passage of `item` for its fixed response and read the scores
+    under `threshold` (None: tau(k)), which the estimator sees as `item.threshold`.
 
     An empty response relies on nothing: every score is 0 and the model is not called."""
+    item = replace(item, threshold=threshold)
     ids = [p.id for p in item.passages]
     start = time.perf_counter()
     extra: Mapping[str, Any] = {}

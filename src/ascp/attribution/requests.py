@@ -4,8 +4,9 @@ Line format: {"id": str, "question": str, "passages": [{"id": str, "title": str 
 "text": str}, ...], "response": str or null}. The order of `passages` is the context order.
 
 Every check here runs before any model work, and each failure is one `AscpError` sentence: a
-wrong type, an empty field, a duplicate id, or text that is not valid Unicode (an unpaired
-surrogate, which no tokenizer can encode and no UTF-8 file can hold).
+wrong type, an empty field, a duplicate id, an id holding a line break or another control character,
+or text that is not valid Unicode (an unpaired surrogate, which no tokenizer can encode and no
+UTF-8 file can hold) or holds a NUL character (`ascp.params.check_text` / `check_id`).
 """
 
 from __future__ import annotations
@@ -16,20 +17,10 @@ from typing import Any
 
 from ascp.errors import AscpError
 from ascp.jsonio import read_jsonl
+from ascp.params import check_id, check_text
 from ascp.types import AttributionRequest, Passage
 
-
-def check_unicode(where: str, value: str) -> str:
-    """`value` itself when it is valid Unicode; an unpaired surrogate (what a lone `\\ud800` in JSON, a
-    `surrogateescape` decode or a split emoji leaves) raises naming `where` and the character."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise AscpError(
-            f"{where} holds an unpaired surrogate (invalid Unicode) at character {exc.start} "
-            f"({value[exc.start]!r}); remove it or decode the source text as UTF-8 with errors='replace'."
-        ) from None
-    return value
+check_unicode = check_text  # the name the request parser's callers know
 
 
 def _text(where: str, obj: dict[str, Any], key: str, required: bool = True) -> str:
@@ -67,7 +58,7 @@ def parse_passages(where: str, raw_passages: Any) -> tuple[Passage, ...]:
         if pid is None:
             raise AscpError(f"{where}: passage {j} has no 'id' (a non-empty string or an integer); every passage "
                             "needs a unique id.")
-        check_unicode(f"{where}: passage {j}'s id", pid)
+        check_id(f"{where}: passage {j}'s id", pid)
         if pid in seen:
             raise AscpError(f"{where}: passage id {pid!r} appears twice; passage ids must be unique.")
         seen.add(pid)
@@ -87,7 +78,7 @@ def parse_request(where: str, obj: dict[str, Any]) -> AttributionRequest:
     rid = parse_id(obj.get("id"))
     if rid is None:
         raise AscpError(f"{where}: field 'id' must be a non-empty string.")
-    check_unicode(f"{where}: field 'id'", rid)
+    check_id(f"{where}: field 'id'", rid)
     question = _text(where, obj, "question")
     if not question.strip():
         raise AscpError(f"{where}: the question is empty; every request needs a question.")

@@ -115,8 +115,9 @@ def _experiment_progress(label: str):
 
 Input = Annotated[Path, typer.Option("--input", help="JSONL of requests: id, question, passages, response (or null).")]
 EstimatorOpt = Annotated[str | None, typer.Option(
-    "--estimator", help="The probe's estimator (default: loo, the causal leave-one-out probe; `ascp estimators` "
-    "lists every registered one with its options).")]
+    "--estimator", help="The probe's estimator, with options as the schedulers take them, e.g. "
+    "'contextcite(num_ablations=64)' (default: loo, the causal leave-one-out probe; `ascp estimators` lists every "
+    "registered one with its options).")]
 OutOpt = Annotated[Path, typer.Option("--out", help="Output JSONL, one result per request (written atomically).")]
 ModelOpt = Annotated[
     str,

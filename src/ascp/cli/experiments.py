@@ -19,6 +19,7 @@ from ascp.cli.common import (
     user_errors,
 )
 from ascp.errors import AscpError
+from ascp.jsonio import check_parent
 
 # The executor options of `experiment run` and `reproduce`.
 ExecutorOpt = Annotated[str, typer.Option("--executor", help="local (one process, batched) or ray.")]
@@ -158,8 +159,8 @@ def density_command(
         embed_fn = resolve_embedder(embedder if embedder == "default" else check_embedder(embedder))
         if max_rank < 5:
             raise AscpError(f"--max-rank must be at least 5, got {max_rank}.")
-        if out_path is not None and not out_path.parent.exists():
-            raise AscpError(f"output folder {out_path.parent} does not exist; create it first.")
+        if out_path is not None:
+            check_parent(out_path, "--out")
         matcher = None
         if nli_model is not None:
             from ascp.metrics.nli import load_nli_matcher  # the loader and decision rule of every command

@@ -11,6 +11,7 @@ import typer
 
 from ascp.cli.common import BackendOpt, DataOpt, DeviceOpt, ModelOpt, app, err, user_errors
 from ascp.errors import AscpError
+from ascp.jsonio import check_parent
 
 FitSeedOpt = Annotated[int, typer.Option("--seed", help="Seed of each item's width, passages and sampled response.")]
 
@@ -75,8 +76,7 @@ def fit_probe(
         for name, value in (("--train-contexts", train_contexts), ("--dev-contexts", dev_contexts)):
             if value is not None and value < 1:
                 raise AscpError(f"{name} must be at least 1, got {value}.")
-        if not out_path.parent.exists():
-            raise AscpError(f"output folder {out_path.parent} does not exist; create it first.")
+        check_parent(out_path, "--out")
         if readings_path is not None:
             check_readings_path(readings_path)  # before the model loads
         sampling = SamplingConfig(max_new_tokens=max_new_tokens)

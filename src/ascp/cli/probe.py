@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -35,6 +35,7 @@ from ascp.cli.common import (
     user_errors,
 )
 from ascp.errors import AscpError
+from ascp.jsonio import check_parent
 
 
 def run_attribution(
@@ -44,26 +45,26 @@ def run_attribution(
     system: str = "", backend: str = "auto", embedder: str | None = None, request_cache: str | None = None,
 ) -> None:
     from ascp.api import Probe, load_model
-    from ascp.attribution import DEFAULT_ESTIMATOR
+    from ascp.attribution.probe import probe_settings
     from ascp.attribution.requests import load_requests
     from ascp.jsonio import write_jsonl
     from ascp.lm.sampling import SamplingConfig
 
-    # Everything that can be checked without the model is checked first (Probe's settings too,
-    # with a stand-in for the model).
-    estimator_name = estimator_name or DEFAULT_ESTIMATOR
+    # Everything that can be checked without the model is checked first: the probe is built once,
+    # its model loaded last.
+    settings = probe_settings(estimator_name, threshold)
+    if embedder is not None:
+        settings = probe_settings(settings.estimator, threshold,
+                                  {**settings.options, **proxy_embedder([settings.estimator], embedder)})
     sampling = SamplingConfig(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
-    settings: dict[str, Any] = dict(seed=seed, threshold=threshold, instruction=instruction, sampling=sampling,
-                                    template=read_template(template), system=system)
-    settings.update(proxy_embedder([estimator_name], embedder))
-    Probe(None, estimator_name, **settings)
+    probe = Probe(None, settings, seed=seed, instruction=instruction, sampling=sampling,
+                  template=read_template(template), system=system)
     requests = load_requests(input_path)
     for target in (out_path, html_path):
-        if target is not None and not target.parent.exists():
-            raise AscpError(f"output folder {target.parent} does not exist; create it first.")
+        if target is not None:
+            check_parent(target)
     with err.status(f"loading model {model!r}"):
-        probe = Probe(load_model(model, device=device, backend=backend, request_cache=request_cache), estimator_name,
-                      **settings)
+        probe.model = load_model(model, device=device, backend=backend, request_cache=request_cache)
     with _progress() as bar:
         free = sum(r.response is None for r in requests)
         gen_task = bar.add_task("generating responses", total=free) if free else None
@@ -153,8 +154,7 @@ def pools_command(
         from ascp.validation.pools import build_pools, check_pool_args, skip_summary
 
         check_pool_args(width, padding, m)
-        if not out_path.parent.exists():
-            raise AscpError(f"output folder {out_path.parent} does not exist; create it first.")
+        check_parent(out_path, "--out")
         cases = load_cases(data, format=format, rank_by="given")  # no pool choice depends on a ranking
         built, skips = build_pools(cases, width, padding, m=m, seed=seed, max_words=max_passage_words)
         reasons = "; ".join(f"{k}: {v}" for k, v in skip_summary(skips).items())
@@ -295,8 +295,7 @@ def calibrate_command(
             raise AscpError("the width-invariant threshold needs fixed-protocol runs with off-query padding; run "
                             "`ascp validate-probe --protocol fixed,free --paddings off-query,same-query`.")
         check_replaceable(out_dir, "calibration.json", "calibration")
-        if not out_dir.parent.is_dir():
-            raise AscpError(f"the parent folder of {out_dir} does not exist; create it first.")
+        check_parent(out_dir, "--out")
         if nli_model is not None and data is None:
             raise AscpError("--nli-model measures the pools' pairwise entailment and needs --data (the validated "
                             "cases' file); add --data or drop --nli-model.")

@@ -22,6 +22,7 @@ from ascp.cli.common import (
     SimulateSeedOpt,
     SystemOpt,
     TemplateOpt,
+    ThresholdOpt,
     TOpt,
     _params_table,
     _progress,
@@ -33,33 +34,31 @@ from ascp.cli.common import (
     user_errors,
 )
 from ascp.errors import AscpError
+from ascp.jsonio import check_parent
 
 
-def execute_run(
-    cases, policy: str, k: int, T: int, model: str, estimator: str, seed: int, max_new_tokens: int,
-    device: str, lm=None, steer=None, template: str | None = None, system: str = "", backend: str = "auto",
-    matcher=None, embed_fn=None, request_cache: str | None = None, prefix_cache_mb: float | None = None,
-):
-    """Run one policy over loaded cases with a progress bar; returns (portfolios, case rows, lm).
+def execute_run(cases, config, model: str, device: str = "auto", lm=None, backend: str = "auto", matcher=None,
+                embed_fn=None, request_cache: str | None = None, prefix_cache_mb: float | None = None):
+    """Run one policy (a checked `LoopConfig`) over loaded cases with a progress bar; returns
+    (portfolios, case rows, lm). The pools are checked against k before the model loads.
 
-    `steer`: a `SteerConfig` for attribution-steered decoding from round 2 on, or None;
     `matcher`: decides claim units (ELI5), see `ascp.metrics.nli`; required when a case has them;
     `embed_fn`: the `--embedder` (None: the embedded MiniLM).
     """
-    from ascp.api import load_model, run_portfolios
+    from ascp.api import load_model
+    from ascp.embed.embedders import embed
     from ascp.loop.portfolios import check_pools
-    from ascp.loop.runner import case_row
+    from ascp.loop.runner import case_row, run_policy
 
-    check_pools(cases, k)  # before the model loads
+    check_pools(cases, config.k)
     if lm is None:
         with err.status(f"loading model {model!r}"):
             lm = load_model(model, device=device, backend=backend, request_cache=request_cache,
                             prefix_cache_mb=prefix_cache_mb)
     with _progress() as bar:
-        task = bar.add_task(f"{policy} k={k} T={T}", total=len(cases) * T)
-        portfolios = run_portfolios(cases, policy=policy, k=k, T=T, model=lm, estimator=estimator, seed=seed,
-                                    max_new_tokens=max_new_tokens, steer=steer, template=template, system=system,
-                                    progress=lambda n: bar.advance(task, n), nli_model=matcher, embed_fn=embed_fn)
+        task = bar.add_task(f"{config.policy} k={config.k} T={config.T}", total=len(cases) * config.T)
+        portfolios = run_policy(lm, cases, config, embed_fn or embed, progress=lambda n: bar.advance(task, n),
+                                matcher=matcher)
     rows = [case_row(case, p) for case, p in zip(cases, portfolios, strict=True)]
     return portfolios, rows, lm
 
@@ -75,6 +74,7 @@ def run(
     format: Annotated[str, typer.Option("--format", help="auto or a format name (docs/data.md).")] = "auto",
     model: ModelOpt = "default",
     estimator: EstimatorOpt = None,
+    threshold: ThresholdOpt = None,
     seed: RunSeedOpt = 0,
     limit: Annotated[int | None, typer.Option("--limit", help="Use only the first N cases.")] = None,
     rank_by: Annotated[str, typer.Option("--rank-by", help="Pool order: auto (the format's default: the file's "
@@ -109,8 +109,7 @@ def run(
 ) -> None:
     """Run T rounds of one scheduling policy on every case and write the portfolio with its metrics."""
     with user_errors():
-        from ascp.attribution import DEFAULT_ESTIMATOR
-        from ascp.attribution.probe import ProbeSettings
+        from ascp.attribution.probe import probe_settings
         from ascp.data import load_cases_with_order
         from ascp.lm.protocol import backend_name
         from ascp.lm.steering import SteerConfig
@@ -118,8 +117,6 @@ def run(
         from ascp.loop.runfolder import check_out_dir, write_run
         from ascp.render.console import summary_table
 
-        estimator = estimator or DEFAULT_ESTIMATOR
-        LoopConfig(policy, k, T, probe=ProbeSettings(estimator))  # policy, k, T and estimator, before any work
         if prefix_cache_mb is not None:
             from ascp.lm.prefixes import check_megabytes
 
@@ -134,7 +131,10 @@ def run(
         from ascp.lm.sampling import SamplingConfig
 
         prompt = read_template(template)
-        prompt_template(template=prompt, system=system)  # a bad template fails before any work
+        # every setting of the run checked once, before any work
+        config = LoopConfig(policy, k, T, probe=probe_settings(estimator, threshold), seed=seed,
+                            sampling=SamplingConfig(max_new_tokens=max_new_tokens),
+                            template=prompt_template(template=prompt, system=system), steer=steer_config)
         from ascp.embed.embedders import check_embedder, resolve_embedder
 
         embedder = check_embedder(embedder)  # a missing embedder fails before any work
@@ -156,14 +156,14 @@ def run(
         if nli_model is not None:
             with err.status(f"loading NLI model {nli_model!r}"):
                 matcher = load_nli_matcher(nli_model, device=device)
-        portfolios, rows, lm = execute_run(cases, policy, k, T, model, estimator, seed, max_new_tokens, device,
-                                          steer=steer_config, template=prompt, system=system, backend=backend,
-                                          matcher=matcher, embed_fn=embed_fn, request_cache=request_cache,
+        portfolios, rows, lm = execute_run(cases, config, model, device, backend=backend, matcher=matcher,
+                                          embed_fn=embed_fn, request_cache=request_cache,
                                           prefix_cache_mb=prefix_cache_mb)
         run_config = {"data": str(data), "format": format, "rank_by": rank_by, "order": order, "embedder": embedder,
                       "policy": policy, "k": k, "T": T,
-                      "model": model, "backend": backend_name(lm), "estimator": estimator, "seed": seed, "limit": limit,
-                      "sampling": SamplingConfig(max_new_tokens=max_new_tokens).__dict__,
+                      "model": model, "backend": backend_name(lm), "estimator": config.probe.estimator,
+                      "estimator_options": dict(config.probe.options), "threshold": config.probe.threshold,
+                      "seed": seed, "limit": limit, "sampling": config.sampling.__dict__,
                       "steer": steer_config.to_json() if steer_config else None,
                       "template": prompt, "system": system, "nli_model": matcher_name(matcher)}
         alce = None
@@ -203,9 +203,11 @@ def demo(
     with user_errors():
         import tempfile
 
-        from ascp.attribution import DEFAULT_ESTIMATOR
         from ascp.data import load_cases
         from ascp.embed.embedders import check_embedder, resolve_embedder
+        from ascp.lm.prompts import prompt_template
+        from ascp.lm.sampling import SamplingConfig
+        from ascp.loop.portfolios import LoopConfig
         from ascp.loop.runfolder import summarize
         from ascp.render.console import portfolio_panel, summary_table
 
@@ -224,8 +226,10 @@ def demo(
             cache = request_cache or str(Path(scratch) / "requests.sqlite")
             lm, means = None, {}
             for policy in ("ascp", "rotate", "vanilla"):
-                portfolios, rows, lm = execute_run(cases, policy, k, T, model, DEFAULT_ESTIMATOR, seed, 48, "auto",
-                                                   lm=lm, backend=backend, embed_fn=embed_fn, request_cache=cache)
+                config = LoopConfig(policy, k, T, seed=seed, sampling=SamplingConfig(max_new_tokens=48),
+                                    template=prompt_template())
+                portfolios, rows, lm = execute_run(cases, config, model, lm=lm, backend=backend, embed_fn=embed_fn,
+                                                   request_cache=cache)
                 for case, portfolio, row in zip(cases, portfolios, rows, strict=True):
                     out.print(portfolio_panel(case, portfolio, row))
                 means[policy] = summarize(rows)
@@ -349,8 +353,7 @@ def view_command(
         if not results.units:
             raise AscpError(f"{directory} holds no finished unit yet; view it when the run has written some.")
         target = out_path or directory / "view.html"
-        if not target.parent.exists():
-            raise AscpError(f"output folder {target.parent} does not exist; create it first.")
+        check_parent(target)
         absent = [data for data, _ in results.sources.values() if not Path(data).is_file()]
         cases = None
         if absent:

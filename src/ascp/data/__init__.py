@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ascp.errors import AscpError
+from ascp.params import check_id, check_text
 from ascp.types import Case
 
 if TYPE_CHECKING:
@@ -125,4 +126,19 @@ def load_cases_with_order(
     cases = rank_pools(cases, order, embed_fn)
     if depth is not None:
         cases = [replace(c, pool=c.pool[:depth]) for c in cases]
+    check_case_text(path, cases)
     return cases, order
+
+
+def check_case_text(path: Path, cases: Sequence[Case]) -> None:
+    """One sentence naming the file, the case and the field for an id with a line break or another
+    control character, or a question, title or passage text holding a NUL character or invalid
+    Unicode (`ascp.params.check_id` / `check_text`), whatever the format."""
+    for case in cases:
+        where = f"{path}: case {case.id!r}"
+        check_id(f"{path}: case id", case.id)
+        check_text(f"{where}: the question", case.question)
+        for p in case.pool:
+            check_id(f"{where}: passage id", p.id)
+            check_text(f"{where}: passage {p.id!r}'s text", p.text)
+            check_text(f"{where}: passage {p.id!r}'s title", p.title)

@@ -97,6 +97,7 @@ def make_plan(spec: ExperimentSpec) -> Plan:
     """Load every task's cases and check every condition against them; raises AscpError before any work."""
     from ascp.data import load_cases_with_order
     from ascp.experiments.embedders import resolve_embedder
+    from ascp.loop.portfolios import check_pools
 
     cases: dict[str, tuple[Case, ...]] = {}
     orders: dict[str, str] = {}
@@ -117,10 +118,7 @@ def make_plan(spec: ExperimentSpec) -> Plan:
         if len(set(ids)) != len(ids):
             raise AscpError(f"spec field tasks[{i}].data: case ids in {task.data} are not unique.")
         for condition in spec.conditions:
-            small = next((c for c in loaded if len(c.pool) < condition.k), None)
-            if small is not None:
-                raise AscpError(f"task {task.name}: case {small.id!r} has a pool of {len(small.pool)} passages, "
-                                f"fewer than k={condition.k} of condition {condition.name}; lower k or drop the case.")
+            check_pools(loaded, condition.k, f"task {task.name}, condition {condition.name}: ")
         cases[task.name] = loaded
     from ascp.metrics.nli import require_matcher
 

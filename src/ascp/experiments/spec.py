@@ -15,6 +15,7 @@ from typing import Any
 from ascp.errors import AscpError
 from ascp.experiments.condition import ARMS, FIELDS, Condition
 from ascp.params import is_number, is_whole
+from ascp.reading import check_threshold
 
 TOP_KEYS = ("name", "description", "tasks", "models", "seeds", "grid", "conditions", "sampling", "embedder",
             "batch_cases", "batch_size", "threshold", "device", "backend", "template", "system", "nli_model",
@@ -320,8 +321,9 @@ def _settings(raw: dict[str, Any], base: Path) -> Settings:
     for key in ("batch_cases", "batch_size"):
         if key in raw:
             values[key] = _int(key, raw[key], 1)
-    if raw.get("threshold") is not None:
-        values["threshold"] = _number("threshold", raw["threshold"], 0.0)
+    if raw.get("threshold") is not None:  # the probe's one threshold check, as the API and --threshold
+        check_threshold(raw["threshold"], "spec field threshold")
+        values["threshold"] = float(raw["threshold"])
     if raw.get("prefix_cache_mb") is not None:  # megabytes of prompt keys and values kept (0: none)
         values["prefix_cache_mb"] = _number("prefix_cache_mb", raw["prefix_cache_mb"], 0.0)
     device = raw.get("device", "auto")

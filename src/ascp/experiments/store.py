@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ascp.errors import AscpError
-from ascp.jsonio import atomic_writer, check_writable, disk_error, is_disk_error
+from ascp.jsonio import atomic_writer, check_parent, check_writable, disk_error, is_disk_error
 from ascp.results.reader import read_plan, read_units
 from ascp.results.records import PLAN, UNITS, UnitKey, parse_units
 
@@ -54,8 +54,7 @@ def check_out_location(out: Path) -> None:
     """The cheap checks of an --out folder, made before any data is read or model loaded."""
     if out.exists() and not out.is_dir():
         raise AscpError(f"--out {out} exists and is not a folder; pass a folder path.")
-    if not out.parent.is_dir():
-        raise AscpError(f"the parent folder of --out ({out.parent}) does not exist; create it first.")
+    check_parent(out, "--out")
     check_writable(out if out.is_dir() else out.parent)
 
 

@@ -27,7 +27,7 @@ from typing import Any
 from ascp.data.alce import item_task
 from ascp.data.detect import read_json_list
 from ascp.errors import AscpError
-from ascp.jsonio import staged_folder
+from ascp.jsonio import check_parent, staged_folder
 from ascp.types import Case, Portfolio
 
 ALCE_FORMATS = ("alce", "asqa", "qampari", "eli5")
@@ -110,8 +110,8 @@ def check_alce_out(out: Path, fmt: str, overwrite: bool = False, run_dir: Path |
     if out.exists() and not out.is_dir():
         raise AscpError(f"--alce-out {out} exists and is not a folder; pass a folder path.")
     parent = out.parent if str(out.parent) else Path(".")
-    if not parent.exists() and not (run_dir is not None and parent.resolve() == run_dir.resolve()):
-        raise AscpError(f"the parent folder of --alce-out ({parent}) does not exist; create it first.")
+    if not (run_dir is not None and parent.resolve() == run_dir.resolve()):
+        check_parent(out, "--alce-out")
     earlier = sorted(p.name for p in out.glob("*-portfolio.json")) if out.is_dir() else []
     if earlier and not overwrite:
         raise AscpError(f"--alce-out {out} already holds ALCE results ({earlier[0]}); pass --overwrite to replace "

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ascp.errors import AscpError
-from ascp.jsonio import read_jsonl, staged_folder
+from ascp.jsonio import check_parent, read_jsonl, staged_folder
 from ascp.results import Results, read_results
 
 SCORES = ("score", "normalized")
@@ -212,9 +212,7 @@ def write_export(out: Path, export: TrecExport, tag: str | None = None) -> list[
     if export.qrels:
         files["qrels.txt"] = qrels_lines(export.qrels)
         files["units.qrels"] = unit_qrels_lines(export.units)
-    parent = out.parent if str(out.parent) else Path(".")
-    if not parent.exists():
-        raise AscpError(f"the parent folder of --out ({parent}) does not exist; create it first.")
+    check_parent(out, "--out")
     if out.exists() and not out.is_dir():
         raise AscpError(f"--out {out} exists and is not a folder; pass a folder path.")
     with staged_folder(out) as tmp:

@@ -2,6 +2,6 @@
 T rounds), `runner` (one policy over cases, with per-case metrics), `simulate` with its model-free
 `consumers`, and `runfolder` (the run folder, written and read in one place)."""
 
-from ascp.loop.portfolios import LoopConfig, run_portfolios
+from ascp.loop.portfolios import LoopConfig, run_loop
 
-__all__ = ["LoopConfig", "run_portfolios"]
+__all__ = ["LoopConfig", "run_loop"]

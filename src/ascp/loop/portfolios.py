@@ -71,11 +71,14 @@ class LoopConfig:
         check_scheduler(self.policy)  # the name and its options, before any model loads
 
 
-def check_pools(cases: Sequence[Case], k: int) -> None:
-    """Refuse, in one sentence, a case whose pool holds fewer than k passages (before any model loads)."""
+def check_pools(cases: Sequence[Case], k: int, where: str = "") -> None:
+    """Refuse, in one sentence, a case whose pool holds fewer than k passages. The edges call it once,
+    where cases meet k, before any model loads (`ascp run`, `ascp.run_portfolios`, an experiment's plan);
+    `where` prefixes the sentence ("task asqa, condition ...: ")."""
     for case in cases:
         if len(case.pool) < k:
-            raise AscpError(f"case {case.id!r}: its pool has {len(case.pool)} passages, fewer than k={k}.")
+            raise AscpError(f"{where}case {case.id!r}: its pool has {len(case.pool)} passages, fewer than k={k}; "
+                            "lower k or drop the case.")
 
 
 @dataclass
@@ -86,7 +89,7 @@ class _Job:
     overused: tuple[str, ...] = ()  # O of this round when it is decoded steered, else empty
 
 
-def run_portfolios(
+def run_loop(
     lm: LanguageModel,
     cases: Sequence[Case],
     config: LoopConfig,
@@ -94,10 +97,12 @@ def run_portfolios(
     progress: Callable[[int], None] | None = None,
     estimator: Estimator | None = None,
 ) -> list[Portfolio]:
-    """Run T rounds of `config.policy` on every case; `progress(n)` is called per finished round."""
-    estimator = estimator or config.probe.build()
+    """Run T rounds of `config.policy` on every case; `progress(n)` is called per finished round.
+    The cases' pools were checked where they met k (`check_pools`). The estimator is `config.probe`'s,
+    a seeded one drawing from the run seed (`ProbeSettings.build`), unless `estimator` gives an
+    instance of one's own."""
+    estimator = estimator or config.probe.build(config.seed)
     fresh_prefixes(lm)  # prompts are shared within this run, which computes the same whatever ran before
-    check_pools(cases, config.k)
     schedulers: dict[str, Scheduler] = {}
     for case in cases:
         view = build_pool_view(case, embed_fn)
@@ -195,6 +200,7 @@ def _run_jobs(lm: LanguageModel, jobs: list[_Job], config: LoopConfig, estimator
             generation_seconds=gen_share,
             probe_tokens=probe_reading.tokens_processed,
             probe_extra=probe_reading.extra,
+            threshold=reading.threshold,
         ))
         if progress:
             progress(1)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ascp.errors import AscpError
-from ascp.jsonio import check_writable, staged_folder
+from ascp.jsonio import check_parent, check_writable, staged_folder
 from ascp.results.records import RUN_FILES, round_records
 from ascp.types import Case, Portfolio
 
@@ -30,9 +30,7 @@ def check_out_dir(out: Path, overwrite: bool = False) -> None:
     if earlier and not overwrite:
         raise AscpError(f"--out {out} already holds a run ({', '.join(earlier)}); pass --overwrite to replace it "
                         "or choose another folder.")
-    parent = out.parent if str(out.parent) else Path(".")
-    if not parent.exists():
-        raise AscpError(f"the parent folder of --out ({parent}) does not exist; create it first.")
+    parent = check_parent(out, "--out")
     check_writable(out if out.is_dir() else parent)
 
 

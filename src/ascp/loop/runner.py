@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ascp.lm.protocol import LanguageModel
-from ascp.loop.portfolios import LoopConfig, run_portfolios
+from ascp.loop.portfolios import LoopConfig, run_loop
 from ascp.metrics.answers import Matcher
 from ascp.metrics.nli import prefetch, require_matcher
 from ascp.metrics.portfolio import case_metrics
@@ -46,4 +46,4 @@ def run_policy(
     (`ascp.metrics.nli.load_nli_matcher`): refused here, before any generation, whoever calls; the
     command line and the API also ask before they load a model."""
     require_matcher(cases, matcher is not None)
-    return measure_portfolios(cases, run_portfolios(lm, cases, config, embed_fn, progress=progress), embed_fn, matcher)
+    return measure_portfolios(cases, run_loop(lm, cases, config, embed_fn, progress=progress), embed_fn, matcher)

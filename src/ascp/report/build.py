@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ascp.errors import AscpError
-from ascp.jsonio import check_replaceable
+from ascp.jsonio import check_parent, check_replaceable
 from ascp.report import figures as figs
 from ascp.report import replication as rep
 from ascp.report import tables as tabs
@@ -115,8 +115,7 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, n_boot: int
         raise AscpError(f"--n-boot must be at least 100, got {n_boot}.")
     out = Path(out) if out is not None else run_dir / "report"
     check_replaceable(out, "index.html", "report")
-    if not out.parent.is_dir():
-        raise AscpError(f"the parent folder of {out} does not exist; create it first.")
+    check_parent(out)
     from ascp.reading import resolve_used_threshold
 
     tau, tau_source = resolve_used_threshold(used_threshold)

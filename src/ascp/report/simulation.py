@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from ascp.errors import AscpError
-from ascp.jsonio import check_replaceable
+from ascp.jsonio import check_parent, check_replaceable
 from ascp.report.render import write_report_folder
 from ascp.report.tables import Table, num
 
@@ -46,8 +46,7 @@ def write_simulation_report(sim_dir: Path, out: Path | None = None) -> Path:
         raise AscpError(f"{path} is not the comparison of an `ascp simulate` run; rerun `ascp simulate`.") from None
     out = out if out is not None else sim_dir / "report"
     check_replaceable(out, "index.html", "report")
-    if not out.parent.is_dir():
-        raise AscpError(f"the parent folder of {out} does not exist; create it first.")
+    check_parent(out)
     intro = [f"Simulation folder: {sim_dir.resolve()}; data: {comparison.get('config', {}).get('data')}."]
     write_report_folder(out, f"ascp report: {sim_dir.name}", intro, [table])
     return out

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ascp.embed.cache import EmbeddingCache
-from ascp.reading import free_threshold, normalize, used_mask
+from ascp.reading import normalize, used_cut, used_mask
 from ascp.schedulers._common import positions
 from ascp.schedulers.base import PoolView, RoundFeedback
 
@@ -53,8 +53,7 @@ def round_use(
     assert embedder is not None
     y = embedder([fb.response])[0]
     a = normalize(view.embeddings[list(context)] @ y)
-    tau = free_threshold(m) if sim_threshold is None else sim_threshold
-    return used_mask(a, tau), a
+    return used_mask(a, used_cut(m, sim_threshold)), a
 
 
 def feedback_state(

@@ -69,15 +69,13 @@ def results_markdown(result: JudgeResult, config: dict[str, Any], command: str) 
 
 def check_judge_out(out: Path, overwrite: bool = False) -> None:
     """Fail before any work when `out` cannot take a judge output, or holds one and not `overwrite`."""
-    from ascp.jsonio import check_replaceable
+    from ascp.jsonio import check_parent, check_replaceable
 
     check_replaceable(out, "judge.json", "judge output")
     if (out / "judge.json").exists() and not overwrite:
         raise AscpError(f"--out {out} already holds a judge output; pass --overwrite to replace it or choose "
                         "another folder.")
-    parent = out.parent if str(out.parent) else Path(".")
-    if not parent.is_dir():
-        raise AscpError(f"the parent folder of --out ({parent}) does not exist; create it first.")
+    check_parent(out, "--out")
 
 
 def write_judge(out: Path, result: JudgeResult, config: dict[str, Any], command: str) -> None:
