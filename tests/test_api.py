@@ -222,3 +222,41 @@ def test_citation_checker_skips_prose_and_links(tiny_lm):
     assert check.cited == ("a",)
     with pytest.raises(AscpError, match=r"citation \[doc-9\]"):
         check_citations(att, "see [doc-9]")
+
+
+def test_text_with_a_nul_and_ids_with_a_line_break_are_one_sentence(tiny_lm):
+    """A NUL cuts text in C libraries and tokenizers; a line break in an id breaks a TREC run line: both
+    are refused before the model runs, naming the request and the field."""
+    bad_text = [{**PASSAGES[0], "text": "Mary Shelley\x00 wrote the novel."}, *PASSAGES[1:]]
+    with pytest.raises(AscpError, match=r"passage 'a'.*'text' holds a NUL character at character 12"):
+        ascp.attribute(QUESTION, bad_text, RESPONSE, model=tiny_lm)
+    bad_id = [{**PASSAGES[0], "id": "a\nb"}, *PASSAGES[1:]]
+    with pytest.raises(AscpError, match=r"passage 0's id 'a\\nb' holds a control character"):
+        ascp.attribute(QUESTION, bad_id, RESPONSE, model=tiny_lm)
+    with pytest.raises(AscpError, match=r"request 'r\\t1'.*holds a control character"):
+        ascp.Probe(tiny_lm).attribute_many([{"id": "r\t1", "question": QUESTION, "passages": PASSAGES,
+                                             "response": RESPONSE}])
+    with pytest.raises(AscpError, match="the case id 'q\\\\n1' holds a control character"):
+        ascp.make_case(QUESTION, PASSAGES, id="q\n1")
+    with pytest.raises(AscpError, match="the question holds a NUL character"):
+        ascp.make_case("who\x00?", PASSAGES)
+
+
+def test_estimator_specs_and_settings_are_parsed_once(tiny_lm):
+    """A name with options, keyword options and a ProbeSettings are the same settings; conflicts and bad
+    values are one sentence, refused before any model work."""
+    by_spec = ascp.attribute(QUESTION, PASSAGES, RESPONSE, model=tiny_lm, estimator="contextcite(num_ablations=8)")
+    by_keyword = ascp.attribute(QUESTION, PASSAGES, RESPONSE, model=tiny_lm, estimator="contextcite", num_ablations=8)
+    settings = ascp.ProbeSettings("contextcite", {"num_ablations": 8})
+    by_settings = ascp.attribute(QUESTION, PASSAGES, RESPONSE, model=tiny_lm, estimator=settings)
+    assert by_spec.scores == by_keyword.scores == by_settings.scores
+    assert settings.spec == "contextcite(num_ablations=8)" == ascp.ProbeSettings(settings.spec).spec
+    with pytest.raises(AscpError, match="option num_ablations is given twice"):
+        ascp.Probe(tiny_lm, "contextcite(num_ablations=8)", num_ablations=16)
+    with pytest.raises(AscpError, match="inside the ProbeSettings"):
+        ascp.Probe(tiny_lm, settings, threshold=0.2)
+    with pytest.raises(AscpError, match="malformed estimator"):
+        ascp.Probe(tiny_lm, "contextcite(num_ablations=8")
+    for value in (1.5, -0.1, float("nan")):
+        with pytest.raises(AscpError, match=r"threshold must be a number in \[0, 1\]"):
+            ascp.ProbeSettings("loo", threshold=value)

@@ -184,6 +184,8 @@ BAD_SPECS = [
     ({"grid": {"policy": ["rotate"], "k": [9], "T": [2]}}, "case 'c0'", "fewer than k=9"),
     ({"models": ["./no-such-model"]}, "models[0]", "does not exist"),
     ({"embedder": "no-such-embedder"}, "embedder", "not default, hashing"),
+    ({"threshold": 1.5}, "spec field threshold", "must be a number in [0, 1]"),
+    ({"threshold": "high"}, "spec field threshold", "must be a number in [0, 1]"),
 ]
 
 
