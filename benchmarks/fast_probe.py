@@ -260,10 +260,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             record["estimators"][name] = measured
             write(rows)  # after every probe, so a run cut short keeps what it measured
         if k == max(ks):  # memory of the pooling, untimed: its largest working set against eager's weights
-            from ascp.attribution.attention_pooling import attention_pass
+            from ascp.attribution.attention import attention_model
 
             fresh_prefixes(lm)
-            read = attention_pass(lm, prompt, ids)
+            read = attention_model(lm, "attention").read_attention(prompt, ids)
             config = lm.model.config
             total = prompt.num_tokens + len(ids) - 1
             record["pooling_bytes"] = read.pooling_bytes

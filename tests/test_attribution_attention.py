@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from ascp.attribution import make_estimator
+from ascp.attribution.attention import attention_model
 from ascp.attribution.attention_fit import (
     ReadContext,
     agreement,
@@ -17,11 +18,11 @@ from ascp.attribution.attention_fit import (
     size_band,
 )
 from ascp.attribution.attention_map import FEATURE, SHIPPED, AttentionMap, load_map, map_for, model_digest
-from ascp.attribution.attention_pooling import attention_pass, check_attention_backend, passage_token_spans
 from ascp.attribution.base import ProbeInput
 from ascp.attribution.gated import EXACT_UP_TO, GatedEstimator, GatedScores, gate, unsettled
 from ascp.attribution.loo import LeaveOneOut
 from ascp.errors import AscpError
+from ascp.lm.attention import passage_token_spans
 from ascp.lm.tiny import tiny_language_model
 from ascp.reading import free_threshold, normalize, used_mask
 from ascp.types import Case, Passage
@@ -65,7 +66,7 @@ def test_pooled_features_equal_the_eager_reference(lm, random_item):
     the inline pooling equals output_attentions=True with eager attention, pooled by hand."""
     for k, seed in ((1, 3), (4, 5), (6, 8)):
         item = random_item(lm, k, seed)
-        read = attention_pass(lm, item.prompt, item.response_ids)
+        read = lm.read_attention(item.prompt, item.response_ids)
         assert read.features.shape == (k, 2, 4)
         np.testing.assert_allclose(read.features, eager_reference(lm, item), atol=1e-5, rtol=0)
         assert read.features.sum(axis=0).max() <= 1 + 1e-6  # blocks are disjoint parts of each softmax row
@@ -109,11 +110,11 @@ def test_knockout_equals_an_uncached_masked_pass(lm, random_item):
     whole sequence again with eager attention and the block hidden from the response rows."""
     for k, seed in ((1, 3), (4, 5), (6, 8)):
         item = random_item(lm, k, seed)
-        read = attention_pass(lm, item.prompt, item.response_ids)
+        read = lm.read_attention(item.prompt, item.response_ids)
         assert read.knockout.shape == (k,)
         np.testing.assert_allclose(read.knockout, knockout_reference(lm, item), atol=1e-4)
         assert np.abs(read.knockout).max() > 1e-3  # hiding a block changes something
-        some = attention_pass(lm, item.prompt, item.response_ids, knockout_of=[0])
+        some = lm.read_attention(item.prompt, item.response_ids, knockout_of=[0])
         np.testing.assert_allclose(some.knockout[:1], read.knockout[:1], atol=1e-6)
         assert np.isnan(some.knockout[1:]).all()
         assert read.tokens_processed - some.tokens_processed == (k - 1) * len(item.response_ids)
@@ -126,8 +127,8 @@ def test_pooling_on_a_stored_prompt_feeds_the_response_only(random_item):
     model = tiny_language_model(seed=0)
     model.prefixes = PrefixStore(max_bytes=50_000_000)
     item = random_item(model, 3, 11)
-    first = attention_pass(model, item.prompt, item.response_ids)
-    again = attention_pass(model, item.prompt, item.response_ids)
+    first = model.read_attention(item.prompt, item.response_ids)
+    again = model.read_attention(item.prompt, item.response_ids)
     assert again.tokens_processed == 4 * len(item.response_ids)  # the last prompt token and the response, 1 + k times
     np.testing.assert_allclose(again.knockout, first.knockout, atol=1e-5)
     np.testing.assert_allclose(again.features, eager_reference(model, item), atol=1e-5, rtol=0)
@@ -137,21 +138,41 @@ def test_pooling_on_a_stored_prompt_feeds_the_response_only(random_item):
 def test_bad_input_is_one_sentence(lm, random_item):
     item = random_item(lm, 2, 1)
     with pytest.raises(AscpError, match="response has no tokens"):
-        attention_pass(lm, item.prompt, ())
+        lm.read_attention(item.prompt, ())
 
     small = tiny_language_model(seed=0, context_window=64)
     long_item = random_item(small, 6, 2)
     with pytest.raises(AscpError, match="window"):
-        attention_pass(small, long_item.prompt, long_item.response_ids)
+        small.read_attention(long_item.prompt, long_item.response_ids)
 
     class Served:  # a backend that gives no attention (llama.cpp, a served engine)
         backend = "llamacpp"
         name = "some.gguf"
 
     with pytest.raises(AscpError, match=r"only the transformers backend \(--backend hf\)"):
-        check_attention_backend(Served(), "gated")
+        attention_model(Served(), "gated")
     with pytest.raises(AscpError, match="transformers backend"):
         make_estimator("attention").score(Served(), item)  # type: ignore[arg-type]
+
+
+def test_attention_is_a_capability_the_wrappers_forward(lm, random_item, tmp_path):
+    """The request cache and the seam's defaults forward `read_attention` exactly when the wrapped model
+    has it: the same features through the wrapper, and no attention where the model has none."""
+    from ascp.lm.protocol import as_language_model, reads_attention
+    from ascp.lm.request_cache import cached_model
+
+    item = random_item(lm, 3, 5)
+    cached = cached_model(lm, tmp_path / "requests.sqlite")
+    assert reads_attention(lm) and reads_attention(cached) and cached.parameter_digest == lm.parameter_digest
+    np.testing.assert_allclose(cached.read_attention(item.prompt, item.response_ids).features,
+                               lm.read_attention(item.prompt, item.response_ids).features, atol=1e-6)
+
+    class Plain:  # a model of one's own with the seam but no attention
+        def __getattr__(self, name):
+            return getattr(lm, name) if name in ("encode", "decode", "encode_prompt", "check_fits", "generate",
+                                                 "score", "context_window") else object.__getattribute__(self, name)
+
+    assert not reads_attention(as_language_model(Plain()))
 
 
 # ----- the map file ---------------------------------------------------------------------------

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ascp.attribution.attention import attention_model
 from ascp.attribution.attention_map import AttentionMap, model_digest
-from ascp.attribution.attention_pooling import attention_pass
 from ascp.attribution.base import ProbeInput
 from ascp.attribution.fit_readings import FitReadings, ReadContext, context_key
 from ascp.attribution.gated import gate
@@ -110,7 +110,7 @@ def read_contexts(lm: LanguageModel, drawn: Sequence[tuple[int, Case, tuple[Pass
                 skipped["empty_response"] += 1
                 continue
             start = time.perf_counter()
-            read = attention_pass(lm, prompt, ids)
+            read = attention_model(lm, "attention").read_attention(prompt, ids)
             middle = time.perf_counter()
             if earlier is not None:  # read before knockout scores existed: add them, keep its exact loo
                 check_same_reading(earlier, read.features, ids)

@@ -1,6 +1,6 @@
 """The fitted map from one-pass features to exact leave-one-out, one small JSON file per model.
 
-A map is a linear function of one passage block's features (`ascp.attribution.attention_pooling`):
+A map is a linear function of one passage block's features (`ascp.lm.attention`):
 its (layer, head) attention masses and its knockout score, onto that passage's exact `loo` score,
 in nats per response token, so the probe's reading (normalised scores, tau(k), `used`) means what
 it means for `loo`. It also carries the gated estimator's band (nats per response token: how far
@@ -120,18 +120,11 @@ def _digest(body: Mapping[str, Any]) -> str:
 
 
 def model_digest(lm: LanguageModel) -> str:
-    """The portable identity of a transformers model: its class and a digest of every parameter."""
-    from ascp.attribution.attention_pooling import _torch_model
-    from ascp.lm.hf import _parameter_digest
+    """The portable identity of a model whose attention can be read (its class and a digest of every
+    parameter, `AttentionModel.parameter_digest`); "" for any other model."""
+    from ascp.lm.protocol import reads_attention
 
-    holder = _torch_model(lm)
-    if holder is None:
-        return ""
-    cached = getattr(holder, "_ascp_parameter_digest", None)
-    if cached is None:
-        cached = f"{type(holder.model).__name__}:{_parameter_digest(holder.model)}"
-        holder._ascp_parameter_digest = cached  # the weights of a loaded model do not change under the probe
-    return str(cached)
+    return lm.parameter_digest if reads_attention(lm) else ""
 
 
 def load_map(path: str | Path) -> AttentionMap:

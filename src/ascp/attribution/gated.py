@@ -34,8 +34,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ascp.attribution.ablation import REUSE_PREFIX, Ablations
-from ascp.attribution.attention import WEIGHTS, AttentionEstimator
-from ascp.attribution.attention_pooling import attention_pass
+from ascp.attribution.attention import WEIGHTS, AttentionEstimator, attention_model
 from ascp.attribution.base import ProbeInput, Scores
 from ascp.params import Param
 from ascp.reading import used_cut
@@ -148,7 +147,8 @@ class GatedEstimator(AttentionEstimator):
         else:
             # the passages the gate scores exactly first need no knockout: their predictions are never read
             predicted_only = [i for i in range(k - 1) if i not in stored]
-            read = attention_pass(lm, item.prompt, item.response_ids, self.name, knockout_of=predicted_only)
+            read = attention_model(lm, self.name).read_attention(item.prompt, item.response_ids, predicted_only,
+                                                                 what=f"estimator {self.name!r}")
             raw, verified = gate(fitted.predict(read.features, read.knockout), cut, band, exact, first=stored)
             attention_tokens = read.tokens_processed
         exact_tokens = ablations.tokens_processed

@@ -52,9 +52,9 @@ def fit_probe(
     """Fit the attention estimators' map onto exact leave-one-out for one model, and size gated's band."""
     with user_errors():
         from ascp.api import load_model
+        from ascp.attribution.attention import attention_model
         from ascp.attribution.attention_fit import draw_contexts, fit_map, read_contexts
         from ascp.attribution.attention_map import model_digest
-        from ascp.attribution.attention_pooling import check_attention_backend
         from ascp.attribution.fit_readings import READINGS_FEATURE, FitReadings, check_readings_path, context_key
         from ascp.data import load_cases_with_order
         from ascp.experiments.spec import parse_positions
@@ -88,7 +88,7 @@ def fit_probe(
             splits[label] = (len(cases), drawn[:limit] if limit else drawn)
         with err.status(f"loading model {model!r}"):
             lm = load_model(model, device=device, backend=backend)
-        check_attention_backend(lm, "attention")
+        attention_model(lm, "attention")
         readings, known = None, {}
         if readings_path is not None:
             readings = FitReadings(readings_path, {"feature": READINGS_FEATURE, "model": model_digest(lm),

@@ -19,7 +19,7 @@ import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ascp.lm.encoded import common_prefix
 from ascp.lm.kvcache import stacked_cache
@@ -27,6 +27,10 @@ from ascp.lm.prefixes import PrefixEntry, PrefixStore, prefix_store_from_env
 from ascp.lm.protocol import ScoredPrompts
 from ascp.lm.sampling import BatchRows, Generation, LogitMix, SamplingConfig, StepSampler, derive_seed, run_in_batches
 from ascp.lm.tokenized import TokenizedModel
+
+if TYPE_CHECKING:
+    from ascp.lm.attention import AttentionPass
+    from ascp.lm.encoded import EncodedPrompt
 
 __all__ = ["Generation", "HFLanguageModel", "LogitMix", "SamplingConfig", "derive_seed", "generate",
            "generate_streams"]
@@ -74,6 +78,25 @@ class HFLanguageModel(TokenizedModel):
 
             return score_batched(self, prompts, response, rows)
         return score_prompts(self, prompts, response, reuse_prefix=reuse_prefix)
+
+    # ----- the attention capability (`ascp.lm.protocol.AttentionModel`) --------------------
+    def read_attention(self, prompt: EncodedPrompt, response: Sequence[int], knockout_of: Sequence[int] | None = None,
+                       what: str = "the attention pass") -> AttentionPass:
+        """Pooled attention features per passage block, knockout scores and the full prompt's
+        log-probabilities of `response` from one pass (`ascp.lm.attention.read_attention`)."""
+        from ascp.lm.attention import read_attention
+
+        return read_attention(self, prompt, response, knockout_of, what)
+
+    @property
+    def parameter_digest(self) -> str:
+        """The portable identity of the weights: the model class and a digest of every parameter,
+        computed once (the weights of a loaded model do not change under the probe)."""
+        cached = self.__dict__.get("_parameter_digest")
+        if cached is None:
+            cached = f"{type(self.model).__name__}:{_parameter_digest(self.model)}"
+            self.__dict__["_parameter_digest"] = cached
+        return str(cached)
 
     # ----- model facts ----------------------------------------------------------------------
     @property

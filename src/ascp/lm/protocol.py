@@ -30,6 +30,7 @@ import numpy as np
 from ascp.errors import AscpError
 
 if TYPE_CHECKING:
+    from ascp.lm.attention import AttentionPass
     from ascp.lm.encoded import EncodedPrompt
     from ascp.lm.prefixes import PrefixStore
     from ascp.lm.prompts import PromptTemplate
@@ -210,6 +211,26 @@ class SteerableModel(LanguageModel, Protocol):
         """Like `generate`, but an item is several prompts; `mix` turns their next-token logits into
         the logits the item samples from (see `ascp.lm.sampling.LogitMix`)."""
         ...
+
+
+@runtime_checkable
+class AttentionModel(LanguageModel, Protocol):
+    """A model whose forward pass can be read (transformers in process, `ascp.lm.attention`):
+    pooled attention features and knockout scores per passage, and the weights' portable identity
+    (what an attention map is keyed by). Wrappers (`as_language_model`, the request cache) forward
+    it exactly when the model they wrap has it."""
+
+    parameter_digest: str
+
+    def read_attention(self, prompt: EncodedPrompt, response: Sequence[int],
+                       knockout_of: Sequence[int] | None = None, what: str = "the attention pass") -> AttentionPass:
+        ...
+
+
+def reads_attention(lm: object) -> TypeGuard[AttentionModel]:
+    """Whether `lm` gives its attention (`AttentionModel.read_attention`), asked without evaluating
+    any declared fact."""
+    return callable(getattr(lm, "read_attention", None))
 
 
 def steers(lm: object) -> TypeGuard[SteerableModel]:

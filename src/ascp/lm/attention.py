@@ -21,9 +21,12 @@ mean log-probability per response token is an intervention on the same scale as 
 per response token) that misses only the passage's influence through the later prompt tokens; it
 costs k passes of the response's length over the stored prompt, not k passes over the prompt.
 
-Only in-process transformers models give a pass whose attention can be intercepted
-(`ATTENTION_BACKENDS`); llama.cpp and the served engines (vLLM, SGLang) expose neither hidden states
-nor attention, so the attention estimators refuse them with one sentence.
+This is a capability of the transformers backend (`HFLanguageModel.read_attention`, declared by
+`ascp.lm.protocol.AttentionModel`), as steering is: only an in-process transformers model gives a
+pass whose attention can be intercepted. llama.cpp and the served engines (vLLM, SGLang) expose
+neither hidden states nor attention, so the attention estimators refuse them with one sentence
+(`ascp.lm.protocol.reads_attention`). The estimators (`ascp.attribution.attention`, `gated`) turn
+these features into scores and run no forward pass themselves.
 """
 
 from __future__ import annotations
@@ -40,10 +43,8 @@ from ascp.lm.encoded import EncodedPrompt
 from ascp.lm.protocol import tokens_fed
 
 if TYPE_CHECKING:
-    from ascp.lm.protocol import LanguageModel
+    from ascp.lm.hf import HFLanguageModel
 
-ATTENTION_BACKENDS = ("hf",)
-"""Backends whose forward pass the attention estimators can read (transformers in process)."""
 POOLED_ATTENTION = "ascp_pooled_sdpa"
 """The name the pooling attention function is registered under in transformers' `AttentionInterface`."""
 _ROW_CHUNK = 256  # response rows whose softmax is held at once (R x T floats per head)
@@ -73,40 +74,15 @@ class AttentionPass:
     spans: tuple[tuple[int, int], ...] = ()
 
 
-def check_attention_backend(lm: LanguageModel, estimator: str) -> None:
-    """One sentence when `lm` gives no forward pass the attention features can be read from."""
-    if _torch_model(lm) is None:
-        backend = getattr(lm, "backend", None) or "unknown"
-        raise AscpError(
-            f"estimator {estimator!r} reads attention inside the forward pass, which only the transformers backend "
-            f"(--backend hf) exposes; model {getattr(lm, 'name', '?')!r} runs on backend {backend!r} (llama.cpp and "
-            "served engines give no attention): use --backend hf or --estimator loo."
-        )
-
-
-def _torch_model(lm: Any) -> Any:
-    """The transformers model behind `lm` (unwrapping the request cache), or None."""
-    from ascp.lm.hf import HFLanguageModel
-
-    holder = lm
-    for _ in range(4):
-        if isinstance(holder, HFLanguageModel):
-            return holder
-        holder = vars(holder).get("lm") if hasattr(holder, "__dict__") else None
-    return None
-
-
-def passage_token_spans(lm: LanguageModel, prompt: EncodedPrompt) -> list[tuple[int, int]]:
+def passage_token_spans(holder: HFLanguageModel, prompt: EncodedPrompt) -> list[tuple[int, int]]:
     """Token span [start, end) of each passage block in `prompt.ids`: the tokens whose first
     character lies in the block's characters (a token straddling a boundary belongs to the block
     where it starts). A block with no token of its own is one sentence."""
     import bisect
 
-    holder = _torch_model(lm)
-    tokenizer = holder.tokenizer
-    enc = tokenizer(prompt.text, add_special_tokens=False, return_offsets_mapping=True)
+    enc = holder.tokenizer(prompt.text, add_special_tokens=False, return_offsets_mapping=True)
     if tuple(enc["input_ids"]) != tuple(prompt.ids):
-        raise AscpError(f"model {getattr(lm, 'name', '?')!r}: the prompt's ids are not tokenizer(text) of its text, "
+        raise AscpError(f"model {holder.name!r}: the prompt's ids are not tokenizer(text) of its text, "
                         "so its passages cannot be located; encode the prompt with this model.")
     starts = [int(a) for a, _ in enc["offset_mapping"]]
     spans = []
@@ -197,7 +173,7 @@ def _truncate(cache: Any, keep: int) -> None:
         cache.crop(-extra)
 
 
-def knockout_scores(holder: Any, cache: Any, ids: Sequence[int], response: Sequence[int],
+def knockout_scores(holder: HFLanguageModel, cache: Any, ids: Sequence[int], response: Sequence[int],
                     spans: Sequence[tuple[int, int]], full: np.ndarray) -> tuple[np.ndarray, int]:
     """Per passage span, mean(full) minus the mean log-probability of `response` when its rows
     cannot attend to the span's keys; `cache` holds at least the prompt's first len(ids) - 1
@@ -227,8 +203,8 @@ def knockout_scores(holder: Any, cache: Any, ids: Sequence[int], response: Seque
     return out, len(spans) * n
 
 
-def attention_pass(lm: LanguageModel, prompt: EncodedPrompt, response: Sequence[int],
-                   estimator: str = "attention", knockout_of: Sequence[int] | None = None) -> AttentionPass:
+def read_attention(holder: HFLanguageModel, prompt: EncodedPrompt, response: Sequence[int],
+                   knockout_of: Sequence[int] | None = None, what: str = "the attention pass") -> AttentionPass:
     """Pooled attention features, knockout scores and the full prompt's log-probabilities of
     `response`, from one pass over prompt + response and k response-length passes (only the
     passages in `knockout_of` when given; the others' knockout scores are NaN).
@@ -238,13 +214,11 @@ def attention_pass(lm: LanguageModel, prompt: EncodedPrompt, response: Sequence[
     (`Ablations`, the gated estimator) feeds only the response."""
     import torch
 
-    check_attention_backend(lm, estimator)
     if not response:
-        raise AscpError(f"estimator {estimator!r}: the response has no tokens, so there is no attention to read.")
-    holder = _torch_model(lm)
-    holder.check_fits(f"estimator {estimator!r}", prompt.num_tokens, len(response))
+        raise AscpError(f"{what}: the response has no tokens, so there is no attention to read.")
+    holder.check_fits(what, prompt.num_tokens, len(response))
     model = holder.model
-    spans = passage_token_spans(lm, prompt)
+    spans = passage_token_spans(holder, prompt)
     ids = list(prompt.ids)
     sequence = [*ids, *response[:-1]]
     blocks = np.zeros((len(sequence), len(spans)), dtype=np.float32)
@@ -277,7 +251,7 @@ def attention_pass(lm: LanguageModel, prompt: EncodedPrompt, response: Sequence[
             model.set_attn_implementation(previous)
     if len(pooling.seen) != layers:
         missing = layers - len(pooling.seen)
-        raise AscpError(f"model {getattr(lm, 'name', '?')!r}: {missing} of its {layers} layers do not "
+        raise AscpError(f"model {holder.name!r}: {missing} of its {layers} layers do not "
                         "run through transformers' attention interface, so their attention cannot be read; use "
                         "--estimator loo.")
     logprobs = torch.log_softmax(out.logits[0].to(torch.float64), dim=-1)
@@ -294,5 +268,4 @@ def attention_pass(lm: LanguageModel, prompt: EncodedPrompt, response: Sequence[
                          pooling.peak_bytes, tuple(spans))
 
 
-__all__ = ["ATTENTION_BACKENDS", "POOLED_ATTENTION", "AttentionPass", "attention_pass", "check_attention_backend",
-           "knockout_scores", "passage_token_spans"]
+__all__ = ["POOLED_ATTENTION", "AttentionPass", "knockout_scores", "passage_token_spans", "read_attention"]
