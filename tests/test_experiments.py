@@ -266,7 +266,7 @@ def test_store_refuses_a_different_spec_and_a_second_writer(tmp_path):
 def test_a_unit_the_disk_refuses_mid_write_leaves_no_part_of_it(tmp_path, monkeypatch):
     import errno
 
-    import ascp.experiments.store as store_module
+    import ascp.jsonio as log_module
 
     folder = tmp_path / "s"
     with RunStore(folder) as store:
@@ -279,7 +279,7 @@ def test_a_unit_the_disk_refuses_mid_write_leaves_no_part_of_it(tmp_path, monkey
             real_write(fd, bytes(data[: len(data) // 2]))
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-        monkeypatch.setattr(store_module.os, "write", half_then_full)
+        monkeypatch.setattr(log_module.os, "write", half_then_full)
         with pytest.raises(AscpError) as caught:
             store.write(fake_record(1))
         monkeypatch.undo()

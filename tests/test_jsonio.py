@@ -3,6 +3,7 @@ a failure leaves no temporary file behind, and `fsync` flushes the file(s) and t
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 
@@ -183,3 +184,20 @@ def test_a_real_read_only_folder_is_one_sentence(small_disk):
         handle.write("y")
     with pytest.raises(AscpError, match=rf"^could not write {disk / 'run'}: {read_only}"), staged_folder(disk / "run"):
         pass
+
+
+@pytest.mark.parametrize("torn", [b"", b'{"half": ', b"x" * 200_000])
+def test_the_record_log_cuts_a_torn_tail_and_appends_whole_lines(tmp_path, torn):
+    """The one append-only log: a tail torn by a writer that died (short, or longer than one read block)
+    is cut before the next line, which is appended whole; what readers parse is every whole line."""
+    from ascp.jsonio import append_line
+
+    path = tmp_path / "log.jsonl"
+    lines = [json.dumps({"n": i, "text": "é" * i}).encode() + b"\n" for i in range(3)]
+    for line in lines[:2]:
+        append_line(path, line)
+    with path.open("ab") as handle:
+        handle.write(torn)
+    append_line(path, lines[2])
+    assert path.read_bytes() == b"".join(lines)
+    assert [json.loads(x)["n"] for x in path.read_text().splitlines()] == [0, 1, 2]

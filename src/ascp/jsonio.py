@@ -184,6 +184,49 @@ def check_parent(path: str | Path, what: str | None = None) -> Path:
     return parent
 
 
+def append_line(path: str | Path, line: bytes) -> None:
+    """THE append-only record log (an experiment store's units, a fit's readings): `line`, one whole
+    JSON record ending in a newline, appended with one write under an exclusive lock on the file, then
+    synced. A last line left torn by a writer that died is cut first (writers hold the lock for a
+    whole line, so under the lock a torn tail is never one still being written); a write that fails
+    (a full disk) is cut back, so the file always ends at its last whole line. Readers skip a torn
+    last line (`ascp.results.records.parse_units`, `ascp.attribution.fit_readings`)."""
+    import fcntl
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        before = _cut_torn_tail(fd)
+        try:
+            view = memoryview(line)
+            while view:  # a regular file takes the whole buffer; loop only for safety
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, before)
+            raise
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _cut_torn_tail(fd: int) -> int:
+    """Cut the file open at `fd` back to its last newline when it does not end in one; its new size."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return size
+    end = size
+    while end > 0:  # the last newline, read backwards in blocks (a torn tail is one line at most)
+        start = max(0, end - 65536)
+        found = os.pread(fd, end - start, start).rfind(b"\n")
+        if found >= 0:
+            end = start + found + 1
+            break
+        end = start
+    os.ftruncate(fd, end)
+    return end
+
+
 def check_replaceable(out: str | Path, marker: str, what: str) -> None:
     """Refuse to replace a folder as a whole unless it is absent, empty, or holds `marker` (the
     file an earlier output of the same kind left): never wipe a folder of other files."""

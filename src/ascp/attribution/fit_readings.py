@@ -10,17 +10,15 @@ Each line is `{"identity": {...}, "context": {...}}`; the context keeps the resp
 another feature can be read later without sampling again. The identity (feature layout, model
 digest, data, sampling seed and length limit) decides whether a reading can be reused: a line of
 another identity in the file is refused in one sentence, never mixed in. Lines are appended whole
-under an exclusive lock and synced; a last line cut by a crash is ignored (and cut off by the next
-append), and of two readings of the same context the first is kept
-(`ascp.results.records.keep_first`), except that a reading with knockout scores replaces one made
+by the one record log (`ascp.jsonio.append_line`, the experiment store's too); a last line cut
+by a crash is ignored (and cut off by the next append), and of two readings of the same context
+the first is kept (`ascp.results.records.keep_first`), except that a reading with knockout scores replaces one made
 before they were read (`ascp fit-probe` adds them to such a file: a new pass, the exact loo kept).
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +28,7 @@ import numpy as np
 
 from ascp.attribution.attention_map import AttentionMap
 from ascp.errors import AscpError
-from ascp.jsonio import check_parent
+from ascp.jsonio import append_line, check_parent
 from ascp.results.records import keep_first
 
 ContextKey = tuple[str, tuple[str, ...]]
@@ -151,32 +149,9 @@ class FitReadings:
         return out
 
     def append(self, context: ReadContext) -> None:
-        """Add one reading: one whole line, under an exclusive lock, synced before returning."""
+        """Add one reading: one whole line through the one record log (`ascp.jsonio.append_line`)."""
         line = json.dumps({"identity": self.identity, "context": _as_json(context)}, separators=(",", ":")) + "\n"
-        with self.path.open("ab") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                _drop_torn_tail(self.path, handle)
-                handle.write(line.encode("utf-8"))
-                handle.flush()
-                os.fsync(handle.fileno())
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _drop_torn_tail(path: Path, handle: Any) -> None:
-    """Cut a last line left unfinished by a writer that died (writers hold the lock for a whole
-    line, so under the lock an unfinished tail is never one still being written)."""
-    size = handle.seek(0, os.SEEK_END)
-    if size == 0:
-        return
-    with path.open("rb") as probe:
-        probe.seek(-1, os.SEEK_END)
-        if probe.read(1) == b"\n":
-            return
-        probe.seek(0)
-        whole = probe.read()
-    handle.truncate(whole.rfind(b"\n") + 1)
+        append_line(self.path, line.encode("utf-8"))
 
 
 __all__ = ["READINGS_FEATURE", "ContextKey", "FitReadings", "ReadContext", "check_readings_path", "context_key"]

@@ -4,12 +4,12 @@
     DIR/plan.json     the resolved plan: tasks with their case ids, models, seeds, condition names,
                       settings, number of units; a rerun must resolve to the same plan
     DIR/units.jsonl   append-only, one JSON line per finished unit (key, condition, metrics, pool,
-                      rounds), each written by a single write() of the whole line, then fsync
+                      rounds), each appended whole by the one record log (`ascp.jsonio.append_line`)
     DIR/.lock         held (flock) by the one process writing the store, with its pid
 
 A unit is written whole or not at all: a process killed in the middle of a write leaves at most
-one partial last line (no newline at its end), which the next writer truncates before
-appending; readers ignore it. Keys already in the file are never written again, so a killed
+one partial last line (no newline at its end), which the next append cuts off; readers ignore it.
+Keys already in the file are never written again, so a killed
 and restarted run ends with exactly the units of an uninterrupted one.
 
 The line format and its parser are `ascp.results.records`; readers (`read_plan`, `read_units`,
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ascp.errors import AscpError
-from ascp.jsonio import atomic_writer, check_parent, check_writable, disk_error, is_disk_error
+from ascp.jsonio import append_line, atomic_writer, check_parent, check_writable, disk_error, is_disk_error
 from ascp.results.reader import read_plan, read_units
 from ascp.results.records import PLAN, UNITS, UnitKey, parse_units
 
@@ -64,7 +64,7 @@ class RunStore:
     def __init__(self, directory: str | Path) -> None:
         self.dir = Path(directory)
         self._lock_fd: int | None = None
-        self._fd: int | None = None
+        self._open = False
         self.done: set[UnitKey] = set()
 
     # -- opening ------------------------------------------------------------------------------
@@ -110,7 +110,7 @@ class RunStore:
 
     def begin(self, manifest: dict[str, Any], spec_text: str) -> None:
         """Record the plan on the first run, or check that a rerun resolves to the same plan;
-        then repair a torn last line and load the finished keys."""
+        then load the finished keys (a torn last line is not one; the next append cuts it)."""
         plan_path = self.dir / PLAN
         if plan_path.exists():
             stored = json.loads(plan_path.read_text(encoding="utf-8"))
@@ -124,13 +124,10 @@ class RunStore:
             with atomic_writer(plan_path, fsync=True) as handle:  # the plan must outlive a power cut
                 handle.write(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
         path = self.dir / UNITS
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        data = path.read_bytes()
-        records, valid = parse_units(data, path)
-        if valid < len(data):  # a unit torn by a kill mid-write: it is redone
-            os.ftruncate(self._fd, valid)
-            os.fsync(self._fd)
+        path.touch(exist_ok=True)  # a store holds its log from the first run on
+        records, _ = parse_units(path.read_bytes(), path)
         self.done = {UnitKey.of(r) for r in records}
+        self._open = True
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -139,20 +136,11 @@ class RunStore:
         key = UnitKey.of(record)
         if key in self.done:
             return False
-        if self._fd is None:
+        if not self._open:
             raise RuntimeError("RunStore.begin() must be called before write()")
-        line = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
-        view = memoryview(line)
-        before = os.fstat(self._fd).st_size
         try:
-            while view:  # a regular file takes the whole buffer; loop only for safety
-                written = os.write(self._fd, view)
-                view = view[written:]
-            os.fsync(self._fd)
-        except OSError as exc:
-            # never leave part of a unit behind: the store ends at its last whole line
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, before)
+            append_line(self.dir / UNITS, (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
+        except OSError as exc:  # the log ends at its last whole line: never part of a unit
             if is_disk_error(exc):
                 raise disk_error(exc, self.dir / UNITS, f"free space and rerun the same command: the "
                                  f"{len(self.done)} finished units are kept and the run resumes after them") from None
@@ -161,12 +149,11 @@ class RunStore:
         return True
 
     def close(self) -> None:
-        for attr in ("_fd", "_lock_fd"):
-            fd = getattr(self, attr)
-            if fd is not None:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-                setattr(self, attr, None)
+        self._open = False
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._lock_fd)
+            self._lock_fd = None
 
 
 def writer_pid(directory: Path) -> int | None:
