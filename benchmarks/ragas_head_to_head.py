@@ -151,7 +151,7 @@ def causal_scores(samples: list[dict[str, Any]], log) -> tuple[list[dict[str, An
 def summarize(samples: list[dict[str, Any]], n_boot: int) -> dict[str, Any]:
     from sklearn.metrics import roc_auc_score
 
-    from ascp.validation.analysis import cluster_bootstrap
+    from ascp.validation.analysis import clustered_mean
 
     table: dict[str, dict[str, Any]] = {}
     for metric in METRICS:
@@ -159,19 +159,16 @@ def summarize(samples: list[dict[str, Any]], n_boot: int) -> dict[str, Any]:
         for width, padding in [*CONDITIONS, (0, "all")]:
             chosen = [s for s in samples if padding == "all" or s["key"][1:] == (width, padding)]
             aucs = [roc_auc_score(s["necessary"], s["scores"][metric]) for s in chosen]
-            est = cluster_bootstrap(aucs, [s["key"][0] for s in chosen], null=0.5, n_boot=n_boot)
-            cell: dict[str, Any] = {"auc": est.to_json()}
+            cell: dict[str, Any] = {"auc": clustered_mean(aucs, [s["key"][0] for s in chosen], null=0.5, n_boot=n_boot)}
             verdicts = {"ascp": "used", "reference": "reference-verdict", "presence": "presence"}
             if metric in verdicts:
                 acc = [float(np.mean(np.array(s["verdicts"][verdicts[metric]]) == np.array(s["necessary"])))
                        for s in chosen]
-                cell["accuracy"] = cluster_bootstrap(acc, [s["key"][0] for s in chosen], null=0.5,
-                                                     n_boot=n_boot).to_json()
+                cell["accuracy"] = clustered_mean(acc, [s["key"][0] for s in chosen], null=0.5, n_boot=n_boot)
             if metric != "ascp":  # paired: ascp's AUC minus this metric's, context by context
                 diffs = [roc_auc_score(s["necessary"], s["scores"]["ascp"]) - a for s, a in zip(chosen, aucs,
                                                                                                   strict=True)]
-                cell["ascp_minus"] = cluster_bootstrap(diffs, [s["key"][0] for s in chosen], null=0.0,
-                                                       n_boot=n_boot).to_json()
+                cell["ascp_minus"] = clustered_mean(diffs, [s["key"][0] for s in chosen], null=0.0, n_boot=n_boot)
             table[metric]["all" if padding == "all" else f"k={width} {padding}"] = cell
     return table
 

@@ -18,7 +18,7 @@ from ascp.metrics import unit_recovered
 from ascp.types import AnswerUnit, Case, Passage
 from ascp.validation.analysis import (
     Context,
-    cluster_bootstrap,
+    clustered_mean,
     context_auc,
     context_cover,
     random_cover,
@@ -181,11 +181,12 @@ def test_random_cover_is_the_exact_expectation():
 
 
 def test_cluster_bootstrap_and_transfer_by_hand():
-    e = cluster_bootstrap([1.0, 1.0, 0.0], ["a", "a", "b"], null=0.0, n_boot=500)
-    assert math.isclose(e.mean, 2 / 3) and e.n_cases == 2 and e.n == 3
-    assert 0.0 <= e.lo <= e.mean <= e.hi <= 1.0
-    same = cluster_bootstrap([0.2, 0.2, 0.2], ["a", "b", "c"], null=0.0, n_boot=200)
-    assert (same.lo, same.hi) == pytest.approx((0.2, 0.2)) and same.p < 0.01
+    e = clustered_mean([1.0, 1.0, 0.0], ["a", "a", "b"], null=0.0, n_boot=500)
+    assert math.isclose(e["mean"], 2 / 3) and e["n_cases"] == 2 and e["n"] == 3
+    assert 0.0 <= e["lo"] <= e["mean"] <= e["hi"] <= 1.0
+    same = clustered_mean([0.2, 0.2, 0.2], ["a", "b", "c"], null=0.0, n_boot=200)
+    assert (same["lo"], same["hi"]) == pytest.approx((0.2, 0.2)) and same["p"] < 0.01
+    assert clustered_mean([math.nan], ["a"])["n"] == 0
     # Off-query padding scores 0, 0.01, ..., 0.19 (20 values): p95 = 0.1805 (linear interpolation).
     off = [ctx(list(np.arange(10) / 100), ["padding"] * 10, [[]] * 10, case_id="x"),
            ctx(list(np.arange(10, 20) / 100), ["padding"] * 10, [[]] * 10, case_id="y")]

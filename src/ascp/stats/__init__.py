@@ -8,7 +8,14 @@ Definitions and the paper table each function serves: docs/statistics.md.
 """
 
 from ._common import Estimate
-from .bootstrap import bootstrap_p, crossed_bootstrap, paired_bootstrap
+from .bootstrap import (
+    bootstrap_p,
+    cluster_bootstrap,
+    cluster_replicates,
+    crossed_bootstrap,
+    paired_bootstrap,
+    percentile_interval,
+)
 from .independence import IndependenceTest, consumption_independence, consumption_rows
 from .meta import MetaAnalysis, paule_mandel, pooled_mean, prediction_interval
 from .multiplicity import bh_by_family, bh_fdr
@@ -23,12 +30,15 @@ __all__ = [
     "bh_by_family",
     "bh_fdr",
     "bootstrap_p",
+    "cluster_bootstrap",
+    "cluster_replicates",
     "consumption_independence",
     "consumption_rows",
     "crossed_bootstrap",
     "detectable_effect",
     "paired_bootstrap",
     "partial_correlation",
+    "percentile_interval",
     "paule_mandel",
     "pooled_mean",
     "prediction_interval",

@@ -1,9 +1,12 @@
-"""Paired and crossed bootstraps of mean differences (Tables 4, 5, 7-11; Sec. 7.4)."""
+"""Every bootstrap of the project: paired and crossed bootstraps of mean differences (Tables 4, 5,
+7-11; Sec. 7.4), the cluster (case) bootstrap of Fig. 3, 4 and the head-to-heads, and its draws for
+statistics of one's own (`cluster_replicates`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -32,6 +35,55 @@ def bootstrap_p(replicates: ArrayLike, null: float = 0.0) -> float:
     below = (1 + np.count_nonzero(boot <= null + tol)) / (b + 1)
     above = (1 + np.count_nonzero(boot >= null - tol)) / (b + 1)
     return float(min(1.0, 2.0 * min(below, above)))
+
+
+T = TypeVar("T")
+
+
+def cluster_replicates(statistic: Callable[[NDArray[np.int64]], T], n_clusters: int, n_boot: int, *,
+                       rng: np.random.Generator) -> list[T]:
+    """THE cluster bootstrap's draws: `n_boot` replicates of `statistic`, each given the indices of
+    `n_clusters` clusters drawn uniformly with replacement (a drawn cluster enters whole, with all its
+    rows; one `rng.integers` call per replicate). No replicate without clusters."""
+    return [statistic(rng.integers(0, n_clusters, size=n_clusters)) for _ in range(n_boot if n_clusters else 0)]
+
+
+def cluster_bootstrap(values: ArrayLike, clusters: Sequence[Any], null: float = 0.0, n_boot: int = 2000, *,
+                      rng: np.random.Generator, ci: float = 0.95) -> Estimate:
+    """Mean of `values` with a percentile cluster-bootstrap interval and the p-value of `null`.
+
+    Each replicate draws as many clusters as there are, with replacement, and takes the mean over all
+    values of the drawn clusters (clusters enter whole, so values of one cluster, e.g. the contexts of
+    one query, are never split). Interval: the (1-ci)/2 and (1+ci)/2 quantiles of the replicates; p:
+    `bootstrap_p(replicates, null)`; `n`: the number of clusters. Values must be finite (drop the
+    others first), at least one."""
+    v = finite_vector(values, "values")
+    cl = np.asarray(clusters)
+    if cl.shape != v.shape:
+        raise ValueError(f"values and clusters must have the same length, got {v.size} and {cl.size}")
+    n_boot = _check_n_boot(n_boot)
+    ci = check_level(ci, "ci")
+    names, inverse = np.unique(cl, return_inverse=True)
+    sums = np.bincount(inverse, weights=v)
+    counts = np.bincount(inverse).astype(float)
+    draw = rng.integers(0, len(names), size=(n_boot, len(names)))
+    boot = sums[draw].sum(1) / counts[draw].sum(1)
+    tail = round((1.0 - ci) / 2.0, 12)  # 0.025 exactly at ci = 0.95
+    lo, hi = np.quantile(boot, [tail, 1.0 - tail])
+    se = float(np.std(boot, ddof=1)) if boot.size > 1 else math.nan
+    return Estimate(mean=float(v.mean()), lo=float(lo), hi=float(hi), p=bootstrap_p(boot, null), n=len(names), se=se,
+                    level=ci, method="cluster bootstrap over clusters, percentile")
+
+
+def percentile_interval(replicates: Sequence[float], level: float = 0.95) -> tuple[float, float]:
+    """The percentile interval of bootstrap replicates, non-finite ones left out ((nan, nan) when none
+    is finite)."""
+    v = np.array([x for x in replicates if math.isfinite(x)])
+    if not v.size:
+        return math.nan, math.nan
+    tail = round((1.0 - check_level(level)) / 2.0, 12)
+    lo, hi = np.quantile(v, [tail, 1.0 - tail])
+    return float(lo), float(hi)
 
 
 def _check_n_boot(n_boot: int) -> int:

@@ -30,7 +30,7 @@ import numpy as np
 
 from ascp.attribution import DEFAULT_ESTIMATOR, recorded_facts
 from ascp.metrics.ranking import auc, cover_at_m
-from ascp.stats.bootstrap import bootstrap_p
+from ascp.stats.bootstrap import cluster_bootstrap, cluster_replicates, percentile_interval
 
 QUANTILE = 0.95
 
@@ -98,36 +98,20 @@ def context_cover(ctx: Context, m: int) -> tuple[float, float]:
     return cover_at_m(ranked, bearing, m, ctx.designed), random_cover(ctx.answers, ctx.designed, m)
 
 
-@dataclass(frozen=True)
-class Estimate:
-    mean: float
-    lo: float
-    hi: float
-    p: float
-    n_cases: int
-    n: int  # contexts (or passages) averaged
-
-    def to_json(self) -> dict[str, float | int]:
-        return {"mean": self.mean, "lo": self.lo, "hi": self.hi, "p": self.p, "n_cases": self.n_cases, "n": self.n}
+Record = dict[str, Any]
+"""A mean over contexts as Fig. 3's records hold it: mean, lo, hi, p, n_cases (clusters), n (contexts)."""
 
 
-def cluster_bootstrap(values: Sequence[float], clusters: Sequence[str], null: float = 0.0,
-                      n_boot: int = 2000, seed: int = 0) -> Estimate:
-    """Mean of `values` with a percentile cluster-bootstrap 95% interval (clusters resampled whole)."""
+def clustered_mean(values: Sequence[float], clusters: Sequence[str], null: float = 0.0, n_boot: int = 2000,
+                   seed: int = 0) -> Record:
+    """The record of a mean over contexts with its cluster-bootstrap interval (`ascp.stats.cluster_bootstrap`,
+    cases resampled whole); non-finite values are left out, and none left gives NaNs."""
     v = np.asarray(values, dtype=float)
     keep = np.isfinite(v)
-    v, cl = v[keep], np.asarray(clusters)[keep]
-    if v.size == 0:
-        return Estimate(math.nan, math.nan, math.nan, math.nan, 0, 0)
-    names, inv = np.unique(cl, return_inverse=True)
-    sums = np.bincount(inv, weights=v)
-    counts = np.bincount(inv).astype(float)
-    rng = np.random.default_rng(seed)
-    draw = rng.integers(0, len(names), size=(n_boot, len(names)))
-    boot = sums[draw].sum(1) / counts[draw].sum(1)
-    lo, hi = np.quantile(boot, [0.025, 0.975])
-    p = bootstrap_p(boot, null)
-    return Estimate(float(v.mean()), float(lo), float(hi), float(p), len(names), int(v.size))
+    if not keep.any():
+        return {"mean": math.nan, "lo": math.nan, "hi": math.nan, "p": math.nan, "n_cases": 0, "n": 0}
+    est = cluster_bootstrap(v[keep], np.asarray(clusters)[keep], null, n_boot, rng=np.random.default_rng(seed))
+    return {"mean": est.mean, "lo": est.lo, "hi": est.hi, "p": est.p, "n_cases": est.n, "n": int(keep.sum())}
 
 
 def _threshold_exceedance(off: Sequence[np.ndarray], same: Sequence[np.ndarray]) -> tuple[float, float, int]:
@@ -144,15 +128,14 @@ def transfer(off: Sequence[Context], same: Sequence[Context], n_boot: int = 2000
     same_by = {c.case_id: c.normalized[[r == "padding" for r in c.roles]] for c in same}
     cases = sorted(set(off_by) | set(same_by))
     tau, rate, n = _threshold_exceedance(list(off_by.values()), list(same_by.values()))
-    rng = np.random.default_rng(seed)
-    boot = []
-    for _ in range(n_boot if cases else 0):
-        draw = [cases[i] for i in rng.integers(0, len(cases), size=len(cases))]
-        boot.append(_threshold_exceedance([off_by[c] for c in draw if c in off_by],
-                                          [same_by[c] for c in draw if c in same_by])[1])
-    b = np.array([x for x in boot if np.isfinite(x)])
-    lo, hi = np.quantile(b, [0.025, 0.975]) if b.size else (math.nan, math.nan)
-    return {"threshold": tau, "exceedance": rate, "lo": float(lo), "hi": float(hi), "n_near_misses": n,
+    def exceedance(drawn: np.ndarray) -> float:
+        draw = [cases[i] for i in drawn]
+        return _threshold_exceedance([off_by[c] for c in draw if c in off_by],
+                                     [same_by[c] for c in draw if c in same_by])[1]
+
+    boot = cluster_replicates(exceedance, len(cases), n_boot, rng=np.random.default_rng(seed))
+    lo, hi = percentile_interval(boot)
+    return {"threshold": tau, "exceedance": rate, "lo": lo, "hi": hi, "n_near_misses": n,
             "n_cases": len(same_by)}
 
 
@@ -167,20 +150,20 @@ def summarize(rows: Iterable[dict[str, Any]], m: int = 2, n_boot: int = 2000, se
     per_case: dict[tuple, dict[str, float]] = {}
     for (protocol, est, width, padding), cs in sorted(by.items()):
         per_case[(protocol, est, width, padding)] = {c.case_id: context_auc(c) for c in cs}
-        e = cluster_bootstrap([context_auc(c) for c in cs], [c.case_id for c in cs], 0.5, n_boot, seed)
-        auc_rows.append({"protocol": protocol, "estimator": est, "width": width, "padding": padding, **e.to_json()})
+        e = clustered_mean([context_auc(c) for c in cs], [c.case_id for c in cs], 0.5, n_boot, seed)
+        auc_rows.append({"protocol": protocol, "estimator": est, "width": width, "padding": padding, **e})
         for c in cs:
             cov, rnd = context_cover(c, m)
             for w, p in ((width, padding), ("all", padding), ("all", "all")):
                 cover_vals[(protocol, est, w, p)].append((c.case_id, cov, rnd))
     for (protocol, est, w, p), vals in sorted(cover_vals.items(), key=lambda kv: str(kv[0])):
         cl = [v[0] for v in vals]
-        gain = cluster_bootstrap([v[1] - v[2] for v in vals], cl, 0.0, n_boot, seed)
+        gain = clustered_mean([v[1] - v[2] for v in vals], cl, 0.0, n_boot, seed)
         cover_rows.append({"protocol": protocol, "estimator": est, "width": w, "padding": p,
                            "cover": float(np.mean([v[1] for v in vals])),
                            "random": float(np.mean([v[2] for v in vals])),
-                           "gain": gain.mean, "lo": gain.lo, "hi": gain.hi, "p": gain.p,
-                           "n_cases": gain.n_cases, "n": gain.n})
+                           "gain": gain["mean"], "lo": gain["lo"], "hi": gain["hi"], "p": gain["p"],
+                           "n_cases": gain["n_cases"], "n": gain["n"]})
     for protocol, est, width in sorted({(k[0], k[1], k[2]) for k in by}):
         off, same = by.get((protocol, est, width, "off-query")), by.get((protocol, est, width, "same-query"))
         if off and same:
@@ -190,11 +173,11 @@ def summarize(rows: Iterable[dict[str, Any]], m: int = 2, n_boot: int = 2000, se
             "reversal": reversal(auc_rows, per_case, n_boot, seed)}
 
 
-def paired_difference(per_case: dict[tuple, dict[str, float]], a: tuple, b: tuple, n_boot: int, seed: int) -> Estimate:
+def paired_difference(per_case: dict[tuple, dict[str, float]], a: tuple, b: tuple, n_boot: int, seed: int) -> Record:
     """Mean over common cases of AUC(a) - AUC(b), with a cluster-bootstrap interval."""
     x, y = per_case.get(a, {}), per_case.get(b, {})
     cases = sorted(set(x) & set(y))
-    return cluster_bootstrap([x[c] - y[c] for c in cases], cases, 0.0, n_boot, seed)
+    return clustered_mean([x[c] - y[c] for c in cases], cases, 0.0, n_boot, seed)
 
 
 def query_proxies(estimators: Iterable[str]) -> tuple[str, ...]:
@@ -239,9 +222,9 @@ def reversal(auc_rows: Sequence[dict[str, Any]], per_case: dict[tuple, dict[str,
         if per_case is not None:
             diffs = {pad: [paired_difference(per_case, (protocol, probe, width, pad), (protocol, p, width, pad),
                                              n_boot, seed) for p in proxies] for pad in ("off-query", "same-query")}
-            row["diff_off"] = [d.to_json() for d in diffs["off-query"]]
-            row["diff_same"] = [d.to_json() for d in diffs["same-query"]]
-            row["reversal_clear"] = (all(d.hi < 0 for d in diffs["off-query"])
-                                     and all(d.lo > 0 for d in diffs["same-query"]))
+            row["diff_off"] = diffs["off-query"]
+            row["diff_same"] = diffs["same-query"]
+            row["reversal_clear"] = (all(d["hi"] < 0 for d in diffs["off-query"])
+                                     and all(d["lo"] > 0 for d in diffs["same-query"]))
         out.append(row)
     return out

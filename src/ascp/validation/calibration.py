@@ -51,6 +51,7 @@ from ascp.reading import (  # noqa: F401  (re-exported: the calibration's consta
     free_threshold,
     resolve_used_threshold,
 )
+from ascp.stats.bootstrap import cluster_replicates, percentile_interval
 from ascp.validation.analysis import Context
 
 PAPER_ELASTICITY = -0.68
@@ -167,14 +168,6 @@ def _by_case(contexts: Sequence[Context]) -> dict[str, list[Context]]:
     return dict(out)
 
 
-def _percentile_interval(values: Sequence[float]) -> tuple[float, float]:
-    v = np.array([x for x in values if math.isfinite(x)])
-    if not v.size:
-        return math.nan, math.nan
-    lo, hi = np.quantile(v, [0.025, 0.975])
-    return float(lo), float(hi)
-
-
 def _thresholds(contexts: Sequence[Context], quantile: float) -> dict[str, Any]:
     fixed = per_width_thresholds(contexts, "fixed", quantile)
     free = per_width_thresholds(contexts, "free", quantile)
@@ -189,12 +182,8 @@ def bootstrap_thresholds(contexts: Sequence[Context], quantile: float = QUANTILE
     """`_thresholds` of `n_boot` case-resampled replicates (a drawn case's contexts come whole)."""
     by = _by_case(contexts)
     names = sorted(by)
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(n_boot if names else 0):
-        draw = [c for i in rng.integers(0, len(names), size=len(names)) for c in by[names[i]]]
-        out.append(_thresholds(draw, quantile))
-    return out
+    return cluster_replicates(lambda drawn: _thresholds([c for i in drawn for c in by[names[i]]], quantile),
+                              len(names), n_boot, rng=np.random.default_rng(seed))
 
 
 # ----- the whole calibration ---------------------------------------------------------------------
@@ -244,17 +233,17 @@ def calibrate(contexts: Sequence[Context], quantile: float = QUANTILE, n_boot: i
         "cases": len({c.case_id for c in contexts}),
         "widths": sorted({c.width for c in contexts}),
         "protocols": sorted({c.protocol for c in contexts}),
-        "width_invariant_threshold": {"value": tau_star, "interval": _percentile_interval(
+        "width_invariant_threshold": {"value": tau_star, "interval": percentile_interval(
             [r["width_invariant"] for r in boot]),
             "n_passages": int(padding_scores(select(contexts, protocol="fixed", padding="off-query")).size),
             "scale": "raw"},
-        "width_invariant_normalized": {"value": point["width_invariant_normalized"], "interval": _percentile_interval(
+        "width_invariant_normalized": {"value": point["width_invariant_normalized"], "interval": percentile_interval(
             [r["width_invariant_normalized"] for r in boot]), "scale": "normalized"},
-        "per_width": {p: {str(k): {"value": v, "interval": _percentile_interval([r[p].get(k, math.nan) for r in boot])}
+        "per_width": {p: {str(k): {"value": v, "interval": percentile_interval([r[p].get(k, math.nan) for r in boot])}
                           for k, v in point[p].items()} for p in ("fixed", "free")},
         "free_fit": {"a": a, "b": b,
-                     "a_interval": _percentile_interval([r["free_fit"][0] for r in boot]),
-                     "b_interval": _percentile_interval([r["free_fit"][1] for r in boot]),
+                     "a_interval": percentile_interval([r["free_fit"][0] for r in boot]),
+                     "b_interval": percentile_interval([r["free_fit"][1] for r in boot]),
                      "paper": {"a": PAPER_FREE_SCALE, "b": PAPER_FREE_EXPONENT}},
     }
     fixed = point["fixed"]
