@@ -9,17 +9,14 @@ from typing import Any
 
 from ascp.jsonio import json_safe
 from ascp.reading import PAPER_FREE_EXPONENT, PAPER_FREE_SCALE
-from ascp.report.tables import num, signed
+from ascp.stats.format import interval, num, signed
 from ascp.validation.calibration import PAPER_ELASTICITY
 
 
-def _ci(lo: float, hi: float, digits: int = 3) -> str:
-    return "-" if not (math.isfinite(lo) and math.isfinite(hi)) else f"[{lo:.{digits}f}, {hi:.{digits}f}]"
-
-
-def _ci_of(interval: Any, digits: int = 4) -> str:
-    lo, hi = interval
-    return _ci(lo, hi, digits)
+def _bounds(pair: Any, digits: int = 4) -> str:
+    """A stored [lo, hi] pair, written by the one interval formatter."""
+    lo, hi = pair
+    return interval(lo, hi, digits)
 
 
 def _covers(interval: tuple[float, float] | list[float], value: float) -> str:
@@ -44,11 +41,12 @@ def to_markdown(result: dict[str, Any], command: str) -> str:
         "scores (nats per response token for loo). The same quantile of normalised scores is shown for "
         "comparison only: normalised scores sum to 1, so a constant cut on them caps the used count at 1/tau.", "",
         "| scale | threshold | 95% CI | off-query padding passages |", "|---|---|---|---|",
-        f"| raw (the tables' ECR) | {num(tau['value'], 4)} | {_ci_of(tau['interval'])} | {tau['n_passages']} |",
+        f"| raw (the tables' ECR) | {num(tau['value'], 4)} | {_bounds(tau['interval'])} | "
+        f"{tau['n_passages']} |",
     ]
     norm = result.get("width_invariant_normalized")
     if norm:
-        lines.append(f"| normalised (comparison) | {num(norm['value'], 4)} | {_ci_of(norm['interval'])} | "
+        lines.append(f"| normalised (comparison) | {num(norm['value'], 4)} | {_bounds(norm['interval'])} | "
                      f"{tau['n_passages']} |")
     lines += ["",
         f"Use it: `ascp report RUN --used-threshold {num(tau['value'], 4)}` or "
@@ -58,13 +56,13 @@ def to_markdown(result: dict[str, Any], command: str) -> str:
     ]
     for protocol, by_k in result["per_width"].items():
         for k, v in by_k.items():
-            lines.append(f"| {protocol} | {k} | {num(v['value'], 4)} | {_ci_of(v['interval'])} |")
+            lines.append(f"| {protocol} | {k} | {num(v['value'], 4)} | {_bounds(v['interval'])} |")
     lines += [
         "", "## Free-generation fit tau_free(k) = a k^b", "",
         "| | this run | 95% CI | paper | paper inside CI |", "|---|---|---|---|---|",
-        f"| a | {num(fit['a'], 3)} | {_ci(*fit['a_interval'])} | {PAPER_FREE_SCALE} | "
+        f"| a | {num(fit['a'], 3)} | {interval(*fit['a_interval'])} | {PAPER_FREE_SCALE} | "
         f"{_covers(fit['a_interval'], PAPER_FREE_SCALE)} |",
-        f"| b | {num(fit['b'], 3)} | {_ci(*fit['b_interval'])} | {PAPER_FREE_EXPONENT} | "
+        f"| b | {num(fit['b'], 3)} | {interval(*fit['b_interval'])} | {PAPER_FREE_EXPONENT} | "
         f"{_covers(fit['b_interval'], PAPER_FREE_EXPONENT)} |",
         "", "## Width elasticity of q by calibration criterion (Fig. 4(a))", "",
         f"Slope of log q on log k, cluster-robust by case (t, G - 1 df); paper: {PAPER_ELASTICITY} (0.02) for "
@@ -75,7 +73,7 @@ def to_markdown(result: dict[str, Any], command: str) -> str:
     for r in result["elasticity"]:
         lines.append(f"| {r['padding']} | {r['label']} | {r.get('scale', 'normalized')} | {signed(r['mean'])} "
                      f"({num(r['se'])}) | "
-                     f"{_ci(r['lo'], r['hi'])} | {num(r['mean_used'], 2)} | {r['n']} | {r['dropped']} | "
+                     f"{interval(r['lo'], r['hi'])} | {num(r['mean_used'], 2)} | {r['n']} | {r['dropped']} | "
                      f"{r['clusters']} |")
     lines += ["", "## By natural-pool redundancy stratum (Fig. 4(b); width-invariant threshold, fixed target, "
               "same-query padding)", ""]
@@ -84,7 +82,7 @@ def to_markdown(result: dict[str, Any], command: str) -> str:
                   "|---|---|---|---|---|---|---|"]
         for r in result["strata"]:
             lines.append(f"| {r['measure']} | {r['label']} | {signed(r['mean'])} ({num(r['se'])}) | "
-                         f"{_ci(r['lo'], r['hi'])} | {num(r['mean_used'], 2)} | {r['n']} | {r['clusters']} |")
+                         f"{interval(r['lo'], r['hi'])} | {num(r['mean_used'], 2)} | {r['n']} | {r['clusters']} |")
         if not any(r["measure"] == "entailment" for r in result["strata"]):
             lines += ["", "Pairwise entailment, the paper's third measure, needs an NLI model (`--nli-model`) and "
                       "was not computed."]

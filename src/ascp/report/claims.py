@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ascp.report.frame import estimate_difference, paired, task_weighted_mean
-from ascp.report.tables import Table, ecr_note, interval, num, signed
+from ascp.report.tables import Table, ecr_note
 from ascp.stats import Estimate
+from ascp.stats.format import estimate_interval, num, signed
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ def claims_table(frame, claims: tuple[Claim, ...], rng: np.random.Generator, n_b
         got = verdict(est, c.sign)
         means = [task_weighted_mean(frame, x, c.metric) for x in (a, b)]
         rows.append([c.text, f"{c.metric}: {c.a} - {c.b}", c.paper, num(means[0]), num(means[1]),
-                     signed(est.mean if est else math.nan), interval(est), got])
+                     signed(est.mean if est else math.nan), estimate_interval(est), got])
         data.append({"claim": c.text, "a": a, "b": b, "metric": c.metric, "paper": c.paper, "sign": c.sign,
                      "mean_a": means[0], "mean_b": means[1], "verdict": got,
                      **({} if est is None else {f"delta_{k}": v for k, v in est.to_dict().items()})})

@@ -34,11 +34,8 @@ from ascp.report.tables import (
     _est_dict,
     _grid_cells,
     decisive_contrasts,
-    interval,
-    marker,
-    num,
-    signed,
 )
+from ascp.stats.format import estimate_interval, marker, num, signed
 
 GROUP_KEYS = ("task", "model", "query")
 
@@ -191,8 +188,8 @@ def instruction_table(frame, rng: np.random.Generator, n_boot: int) -> Table | N
         if est is None:
             continue
         pc, pi = task_weighted_mean(frame, b, "pr"), task_weighted_mean(frame, a, "pr")
-        rows.append([str(cell[-2]), str(cell[-1]), num(pc), num(pi), signed(est.mean) + marker(est.p), interval(est),
-                     str(est.n)])
+        rows.append([str(cell[-2]), str(cell[-1]), num(pc), num(pi), signed(est.mean) + marker(est.p),
+                     estimate_interval(est), str(est.n)])
         data.append({"k": int(cell[-2]), "T": int(cell[-1]), "commit": b, "integrate": a, "pr_commit": pc,
                      "pr_integrate": pi, **_est_dict("delta", est)})
     if not rows:
@@ -233,7 +230,7 @@ def structured_table(frame, rng: np.random.Generator, n_boot: int) -> Table | No
         pr_p, pr_s = task_weighted_mean(frame, p_name, "pr"), task_weighted_mean(frame, s_name, "pr")
         instruction = base_instruction(s["instruction"])
         rows.append([instruction, p["instruction"], str(s["k"]), str(p["T"]), str(est.n), num(pr_p), num(pr_s),
-                     signed(est.mean) + marker(est.p), interval(est)])
+                     signed(est.mean) + marker(est.p), estimate_interval(est)])
         data.append({"instruction": instruction, "portfolio_instruction": p["instruction"], "k": int(s["k"]),
                      "T": int(p["T"]), "structured": s_name, "portfolio": p_name, "pr_portfolio": pr_p,
                      "pr_structured": pr_s, **_est_dict("gap", est)})

@@ -8,7 +8,8 @@ from pathlib import Path
 from ascp.errors import AscpError
 from ascp.jsonio import check_parent, check_replaceable
 from ascp.report.render import write_report_folder
-from ascp.report.tables import Table, num
+from ascp.report.tables import Table
+from ascp.stats.format import num
 
 METRICS = ("offered", "used", "ecr", "ceiling", "used_ceiling")
 

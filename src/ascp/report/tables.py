@@ -33,6 +33,7 @@ from ascp.report.frame import (
     task_weighted_mean,
 )
 from ascp.stats import Estimate, bh_fdr
+from ascp.stats.format import estimate_interval, marker, num, pvalue, signed
 
 POLICY_LABELS = {
     "vanilla": "vanilla RAG", "rotate": "deep rotation", "mmr": "MMR", "dpp": "DPP-RAG", "xquad": "xQuAD",
@@ -54,28 +55,8 @@ class Table:
 
 # ----- formatting --------------------------------------------------------------------------------
 
-def num(x: float, digits: int = 3) -> str:
-    return "-" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
-
-
-def signed(x: float, digits: int = 3) -> str:
-    return "-" if x is None or not math.isfinite(x) else f"{x:+.{digits}f}"
-
-
-def marker(p: float) -> str:
-    return "" if not math.isfinite(p) else "†" if p < 0.01 else "*" if p < 0.05 else ""
-
-
 def mean_or_nan(est: Estimate | None) -> float:
     return math.nan if est is None else est.mean
-
-
-def interval(est: Estimate | None, digits: int = 3) -> str:
-    return "-" if est is None else f"[{signed(est.lo, digits)}, {signed(est.hi, digits)}]"
-
-
-def pvalue(p: float) -> str:
-    return "-" if not math.isfinite(p) else "<.001" if p < 0.001 else f"{p:.3f}"
 
 
 def _est_dict(prefix: str, est: Estimate | None) -> dict[str, Any]:
@@ -158,7 +139,8 @@ def grid_table(frame, rng: np.random.Generator, n_boot: int) -> Table | None:
         offered = [task_weighted_mean(frame, c, "offered") for c in (rot, fix)]
         pr = [task_weighted_mean(frame, c, "pr") for c in (rot, fix)]
         rows.append([str(k), str(T), str(k * T), num(offered[0], 1), num(offered[1], 1), num(pr[0]), num(pr[1]),
-                     signed(est.mean if est else math.nan) + marker(p), interval(est)] + ([key[0]] if several else []))
+                     signed(est.mean if est else math.nan) + marker(p), estimate_interval(est)]
+                    + ([key[0]] if several else []))
         data.append({"k": k, "T": T, "rotation": rot, "fixed": fix, "offered_rotation": offered[0],
                      "offered_fixed": offered[1], "pr_rotation": pr[0], "pr_fixed": pr[1], **_est_dict("delta", est)})
     return Table("table4_grid", "Table 4: deconfounded width-count grid",
@@ -214,7 +196,7 @@ def decisive_table(frame, rng: np.random.Generator, n_boot: int) -> Table | None
     if not entries:
         return None
     q = _q_values([e[4].p for e in entries])
-    rows = [[block, label, num(pa), num(pb), signed(est.mean) + marker(est.p), interval(est), pvalue(est.p),
+    rows = [[block, label, num(pa), num(pb), signed(est.mean) + marker(est.p), estimate_interval(est), pvalue(est.p),
              pvalue(qv), str(est.n)] for (block, label, _, _, est, pa, pb), qv in zip(entries, q, strict=True)]
     data = [{"block": block, "contrast": label, "a": a, "b": b, "pr_a": pa, "pr_b": pb, "q": qv,
              **_est_dict("delta", est)} for (block, label, a, b, est, pa, pb), qv in zip(entries, q, strict=True)]
@@ -252,8 +234,8 @@ def hierarchical_width_table(frame, rng: np.random.Generator, n_boot: int) -> Ta
             lo_t, hi_t = prediction_interval(meta, dist="t")
             lo_z, hi_z = prediction_interval(meta, dist="normal")
             for name, e, shrunk in zip(names, effects, meta.blup, strict=True):
-                rows.append([label, name, signed(e.mean), signed(shrunk), interval(e)])
-            rows.append([label, "grand mean", signed(pooled.mean), "-", interval(pooled)])
+                rows.append([label, name, signed(e.mean), signed(shrunk), estimate_interval(e)])
+            rows.append([label, "grand mean", signed(pooled.mean), "-", estimate_interval(pooled)])
             rows.append([label, f"new condition (t, df={meta.k - 2})", "-", "-", f"[{signed(lo_t)}, {signed(hi_t)}]"])
             rows.append([label, "new condition (normal, for comparison)", "-", "-",
                          f"[{signed(lo_z)}, {signed(hi_z)}]"])
@@ -351,7 +333,8 @@ def comparison_tables(frame, rng: np.random.Generator, n_boot: int) -> list[Tabl
             row_queries = int(paired(frame, ref, base, "pr")[["task", "query"]].drop_duplicates().shape[0])
             mde_full = detectable_effect(pr.se, n=row_queries, n_target=full) if pr and row_queries else math.nan
             rows.append([label, num(base_pr), num(ref_pr), signed(pr.mean if pr else math.nan) + marker(q[i]),
-                         interval(pr), pvalue(q[i]), paper_cell(number, label), comparison_verdict(pr, q[i], paper),
+                         estimate_interval(pr), pvalue(q[i]), paper_cell(number, label),
+                         comparison_verdict(pr, q[i], paper),
                          num(mde), num(mde_full), signed(ecr.mean if ecr else math.nan),
                          signed(gr.mean if gr else math.nan), str(row_queries)])
             data.append({"baseline": base, "label": label, "reference": ref, "baseline_pr": base_pr, "ascp_pr": ref_pr,
@@ -397,7 +380,7 @@ def _by_task_table(frame, ref: str, rrow, baselines: list[tuple[str, str]], numb
             base_pr, ref_pr = task_weighted_mean(part, base, "pr"), task_weighted_mean(part, ref, "pr")
             mde = detectable_effect(pr.se) if pr else math.nan
             rows.append([task, label, num(base_pr), num(ref_pr), signed(pr.mean if pr else math.nan) + marker(
-                pr.p if pr else math.nan), interval(pr), pvalue(pr.p if pr else math.nan), num(mde),
+                pr.p if pr else math.nan), estimate_interval(pr), pvalue(pr.p if pr else math.nan), num(mde),
                 str(queries)])
             data.append({"task": task, "baseline": base, "label": label, "reference": ref, "baseline_pr": base_pr,
                          "ascp_pr": ref_pr, "mde80": mde, "queries": queries,
@@ -462,7 +445,7 @@ def decoder_table(frame, rng: np.random.Generator, n_boot: int) -> Table | None:
     for (key, label, a, b, ests), qv in zip(entries, q, strict=True):
         pr = ests["pr"]
         rows.append([f"{key[0]} k={key[1]} T={key[2]}", label, signed(pr.mean if pr else math.nan, 4) + marker(qv),
-                     interval(pr, 4), pvalue(pr.p if pr else math.nan), pvalue(qv),
+                     estimate_interval(pr, 4), pvalue(pr.p if pr else math.nan), pvalue(qv),
                      *(signed(mean_or_nan(ests[m]), 4) for m in ("ecr_thresholded", "groundedness")),
                      signed(mean_or_nan(ests["words"]), 1),
                      pr.method if pr else "-"])
@@ -528,7 +511,7 @@ def ablation_table(frame, rng: np.random.Generator, n_boot: int) -> Table | None
             per_task[t] = vals
             cells += [num(v) for v in vals]
         est = None if name == full else estimate_difference(paired(frame, name, full, "pr"), rng, n_boot)
-        rows.append([label, *cells, signed(est.mean) + marker(est.p) if est else "-", interval(est)])
+        rows.append([label, *cells, signed(est.mean) + marker(est.p) if est else "-", estimate_interval(est)])
         data.append({"variant": label, "condition": name, "per_task": per_task, **_est_dict("delta_pr", est)})
     return Table("table15_ablations", "Table 15: component ablations and probe substitutions",
                  f"Full: {full}. Each row changes one component at the same k, T and instruction; ΔPR is the "
@@ -571,7 +554,7 @@ def elasticity_table(frame) -> Table | None:
             except ValueError:
                 continue
             rows.append([label, criterion, ", ".join(str(k) for k in sorted(sub["k"].unique())),
-                         f"{est.mean:.3f} ({est.se:.3f})", interval(est), pvalue(est.p), str(est.n)])
+                         f"{est.mean:.3f} ({est.se:.3f})", estimate_interval(est), pvalue(est.p), str(est.n)])
             data.append({"group": label, "criterion": column, "ks": sorted(int(k) for k in sub["k"].unique()),
                          **_est_dict("elasticity", est)})
     if not rows:

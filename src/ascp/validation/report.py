@@ -21,6 +21,7 @@ from typing import Any
 from ascp.attribution import recorded_facts
 from ascp.jsonio import staged_folder
 from ascp.render.markdown import markdown_table
+from ascp.stats.format import interval, num, pvalue
 from ascp.validation.analysis import query_proxies
 from ascp.validation.pools import skip_summary
 
@@ -29,15 +30,15 @@ COLORS = {"loo": "#1f77b4", "replace": "#17becf", "contextcite": "#9467bd", "hie
 
 
 def _f(x: float, digits: int = 3) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+    return num(x, digits, missing="n/a")
 
 
 def _ci(r: dict[str, Any], key: str = "mean") -> str:
-    return f"{_f(r[key])} [{_f(r['lo'])}, {_f(r['hi'])}]"
+    return f"{_f(r[key])} {interval(r['lo'], r['hi'], missing='[n/a]')}"
 
 
 def _p(p: float) -> str:
-    return "n/a" if math.isnan(p) else ("<0.001" if p < 0.001 else f"{p:.3f}")
+    return pvalue(p, missing="n/a", floor="<0.001")
 
 
 def markdown(summary: dict[str, Any]) -> str:
