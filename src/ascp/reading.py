@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -126,15 +127,24 @@ def read_span(ids: Sequence[str], full: ArrayLike, ablated: ArrayLike, tokens: S
     return read_scores(ids, f.mean() - a.mean(axis=1), threshold)
 
 
-def resolve_used_threshold(value: str | float | None) -> tuple[float, str]:
-    """(tau, where it came from) for `--used-threshold`: None = `USED_THRESHOLD`; a positive number (raw scale);
-    or an `ascp calibrate` folder or its calibration.json (its width-invariant threshold)."""
+class UsedThreshold(NamedTuple):
+    """The width-invariant used threshold tau* on raw scores, and where it came from (for captions)."""
+
+    value: float
+    source: str
+
+
+def resolve_used_threshold(value: UsedThreshold | str | float | None) -> UsedThreshold:
+    """`--used-threshold` read once, where it enters: None = `USED_THRESHOLD`; a positive number (raw
+    scale); or an `ascp calibrate` folder or its calibration.json (its width-invariant threshold). An
+    already resolved `UsedThreshold` is returned as it is, so the layers below never read it again."""
     import json
     from pathlib import Path
 
-
+    if isinstance(value, UsedThreshold):
+        return value
     if value is None:
-        return USED_THRESHOLD, "the calibrated default (docs/calibration.md)"
+        return UsedThreshold(USED_THRESHOLD, "the calibrated default (docs/calibration.md)")
     try:
         tau = float(value)
         source = "given"
@@ -153,4 +163,4 @@ def resolve_used_threshold(value: str | float | None) -> tuple[float, str]:
     if not tau > 0.0 or not math.isfinite(tau):
         raise AscpError(f"--used-threshold must be a positive number, got {tau}; it applies to raw probe scores "
                         "(nats per response token for loo).")
-    return tau, source
+    return UsedThreshold(tau, source)

@@ -216,17 +216,15 @@ def report_command(
             return
         if preset is not None and preset not in PRESET_CLAIMS:
             raise AscpError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}.")
-        if used_threshold is not None:
-            from ascp.reading import resolve_used_threshold
+        from ascp.reading import resolve_used_threshold
 
-            resolve_used_threshold(used_threshold)  # a bad value fails before the store is read
+        used = resolve_used_threshold(used_threshold)  # read once; a bad value fails before the store is read
         if preset is not None:  # the preset's claims; a held-out preset's frozen steered store joins the frame
             from ascp.report.reproduce import preset_report
 
-            report = preset_report(preset, directory, out_dir, n_boot=n_boot, seed=seed,
-                                   used_threshold=used_threshold)
+            report = preset_report(preset, directory, out_dir, n_boot=n_boot, seed=seed, used_threshold=used)
         else:
-            report = write_report(directory, out_dir, n_boot=n_boot, seed=seed, used_threshold=used_threshold)
+            report = write_report(directory, out_dir, n_boot=n_boot, seed=seed, used_threshold=used)
         err.print(f"{report.units}/{report.total} units; {len(report.tables)} tables "
                   f"({', '.join(report.tables)}), {len(report.figures)} figures; open {report.out}/index.html",
                   markup=False, highlight=False)

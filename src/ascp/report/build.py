@@ -15,6 +15,7 @@ import numpy as np
 
 from ascp.errors import AscpError
 from ascp.jsonio import check_parent, check_replaceable
+from ascp.reading import UsedThreshold, resolve_used_threshold
 from ascp.report import figures as figs
 from ascp.report import replication as rep
 from ascp.report import tables as tabs
@@ -85,7 +86,7 @@ def fill_ceilings(records: list[dict], plan: dict) -> int:
 
 def write_report(run_dir: str | Path, out: str | Path | None = None, n_boot: int = 10_000, seed: int = 0,
                  title: str | None = None, claims: tuple[Claim, ...] = (), notes: tuple[str, ...] = (),
-                 used_threshold: str | float | None = None, also: tuple[Path, ...] = ()) -> Report:
+                 used_threshold: UsedThreshold | str | float | None = None, also: tuple[Path, ...] = ()) -> Report:
     """Write the report of the run store `run_dir` into `out` (default `run_dir/report`).
 
     Bootstrap intervals use `n_boot` replicates drawn from `numpy.random.default_rng(seed)`, so the
@@ -116,9 +117,8 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, n_boot: int
     out = Path(out) if out is not None else run_dir / "report"
     check_replaceable(out, "index.html", "report")
     check_parent(out)
-    from ascp.reading import resolve_used_threshold
 
-    tau, tau_source = resolve_used_threshold(used_threshold)
+    tau, tau_source = resolve_used_threshold(used_threshold)  # as given: already resolved at the command line
     lacking = fill_ceilings(records, plan)
     frame = unit_frame(records, tau)
     rng = np.random.default_rng(seed)

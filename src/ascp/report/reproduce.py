@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ascp.errors import AscpError
+from ascp.reading import UsedThreshold
 from ascp.report.claims import Claim
 
 
@@ -305,7 +306,7 @@ def write_splits(out: Path, plan, development_plan) -> dict[str, Any]:
 
 
 def preset_report(name: str, out: str | Path, report_out: str | Path | None = None, n_boot: int = 10_000,
-                  seed: int = 0, used_threshold: str | float | None = None):
+                  seed: int = 0, used_threshold: UsedThreshold | str | float | None = None):
     """The report of a preset's store `out` with the preset's claims; for a preset with a development
     split, the frozen steered condition's store (OUT/table10) joins the frame and Table 10's claims."""
     from ascp.report import write_report
