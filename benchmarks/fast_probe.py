@@ -70,7 +70,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def draw(cases: Sequence[Any], ks: Sequence[int], per_k: Sequence[int], seed: int) -> list[tuple[int, int, Any, tuple]]:
     """(k, position, case, passages): each item used once, the next eligible one in file order per k."""
-    from ascp.attribution.attention_fit import draw_contexts
+    from ascp.fitprobe.fit import draw_contexts
 
     out, used = [], set()
     for k, wanted in zip(ks, per_k, strict=True):

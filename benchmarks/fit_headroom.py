@@ -1,7 +1,7 @@
 """How much a fit's readings allow `gated` to skip: the map's error against the margin its decisions need.
 
 Reads a readings file of `ascp fit-probe --readings FILE` (no model, no token fed), fits the map
-on the training positions as `ascp fit-probe` does (`ascp.attribution.attention_fit.fit_weights`),
+on the training positions as `ascp fit-probe` does (`ascp.fitprobe.fit.fit_weights`),
 and prints, on the development positions:
 
 - the map's error in nats per response token (mean absolute and root mean square) next to the
@@ -45,11 +45,11 @@ def flip_distance(loo: np.ndarray) -> np.ndarray:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from ascp.attribution.attention_fit import agreement, fit_weights, size_band
     from ascp.attribution.attention_map import AttentionMap
-    from ascp.attribution.fit_readings import FitReadings
     from ascp.errors import AscpError
     from ascp.experiments.spec import parse_positions
+    from ascp.fitprobe.fit import agreement, fit_weights, size_band
+    from ascp.fitprobe.readings import FitReadings
 
     args = parse_args(argv)
     try:

@@ -3,7 +3,7 @@
 Every reading in `docs/results/fast-probe/fit-readings.jsonl.gz` holds one context's attention
 features, knockout scores and exact `loo` scores (HotpotQA; the shipped map was fitted on positions
 0-127 and its band sized on 200-249 at tau(k)). The gate is replayed with the exact scores standing
-in for the exact passes (`ascp.attribution.attention_fit.agreement`, what `ascp fit-probe` reports),
+in for the exact passes (`ascp.fitprobe.fit.agreement`, what `ascp fit-probe` reports),
 so each row is the share of passage `used` decisions equal to exact `loo`'s under the same rule, and
 the share of passages the gate scored exactly, with no model run. Rows, per split and rule:
 
@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="folder for results.json and table.md")
     args = parser.parse_args(argv)
     from ascp.attribution.attention_map import SHIPPED, load_map
-    from ascp.attribution.fit_readings import FitReadings
+    from ascp.fitprobe.readings import FitReadings
     from ascp.reading import free_threshold
 
     fixed = [float(t) for t in args.thresholds.split(",") if t.strip()]

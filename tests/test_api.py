@@ -260,3 +260,23 @@ def test_estimator_specs_and_settings_are_parsed_once(tiny_lm):
     for value in (1.5, -0.1, float("nan")):
         with pytest.raises(AscpError, match=r"threshold must be a number in \[0, 1\]"):
             ascp.ProbeSettings("loo", threshold=value)
+
+
+def test_one_seed_rule_for_seeded_estimators(tiny_lm):
+    """A seeded estimator draws a stream of its own per request (derive_seed(seed, request, name)), the
+    same through ascp.Probe as built by hand; a seed in its options fixes it; others are shared."""
+    from ascp.lm.sampling import derive_seed
+
+    settings = ascp.ProbeSettings("contextcite(num_ablations=6)")
+    first, again = settings.estimator_for(0, "r1"), settings.estimator_for(0, "r1")
+    assert first.seed == again.seed == derive_seed(0, "r1", "contextcite")
+    assert settings.estimator_for(0, "r2").seed != first.seed
+    assert ascp.ProbeSettings("contextcite(seed=5)").estimator_for(0, "r1").seed == 5
+    loo = ascp.ProbeSettings("loo")
+    assert loo.estimator_for(0, "r1") is loo.estimator_for(3, "r2")
+    requests = [{"id": rid, "question": QUESTION, "passages": PASSAGES, "response": RESPONSE} for rid in ("r1", "r2")]
+    through_probe = ascp.Probe(tiny_lm, settings).attribute_many(requests)
+    for request, result in zip(requests, through_probe, strict=True):
+        seed = derive_seed(0, request["id"], "contextcite")
+        by_hand = ascp.Probe(tiny_lm, f"contextcite(num_ablations=6,seed={seed})")
+        assert by_hand.attribute_many([request])[0].scores == result.scores

@@ -9,7 +9,12 @@ import pytest
 
 from ascp.attribution import make_estimator
 from ascp.attribution.attention import attention_model
-from ascp.attribution.attention_fit import (
+from ascp.attribution.attention_map import FEATURE, SHIPPED, AttentionMap, load_map, map_for, model_digest
+from ascp.attribution.base import ProbeInput
+from ascp.attribution.gated import EXACT_UP_TO, GatedEstimator, GatedScores, gate, unsettled
+from ascp.attribution.loo import LeaveOneOut
+from ascp.errors import AscpError
+from ascp.fitprobe.fit import (
     ReadContext,
     agreement,
     draw_contexts,
@@ -17,11 +22,6 @@ from ascp.attribution.attention_fit import (
     gated_reading,
     size_band,
 )
-from ascp.attribution.attention_map import FEATURE, SHIPPED, AttentionMap, load_map, map_for, model_digest
-from ascp.attribution.base import ProbeInput
-from ascp.attribution.gated import EXACT_UP_TO, GatedEstimator, GatedScores, gate, unsettled
-from ascp.attribution.loo import LeaveOneOut
-from ascp.errors import AscpError
 from ascp.lm.attention import passage_token_spans
 from ascp.lm.tiny import tiny_language_model
 from ascp.reading import free_threshold, normalize, used_mask
@@ -486,8 +486,8 @@ def test_fit_probe_writes_a_map_keyed_by_the_model(cli, tiny_model_dir, tmp_path
 
 
 def test_fit_readings_resume_and_divide_to_the_uninterrupted_reading(lm, tmp_path):
-    from ascp.attribution.attention_fit import read_contexts
-    from ascp.attribution.fit_readings import READINGS_FEATURE, FitReadings
+    from ascp.fitprobe.fit import read_contexts
+    from ascp.fitprobe.readings import READINGS_FEATURE, FitReadings
     from ascp.lm.sampling import SamplingConfig
 
     rng = np.random.default_rng(3)

@@ -128,7 +128,7 @@ def cli(*args: str):
 
 
 def test_simulate_records_order_and_embedder_and_caches_per_embedder(tmp_path):
-    from ascp.paths import ascp_home
+    from ascp.caching.files import ascp_home
 
     union = alce_file(tmp_path / "union.json", sources=["sparse", "hybrid", "sparse"])
     gtr = alce_file(tmp_path / "gtr.json")

@@ -1,10 +1,10 @@
-"""The one bounded mapping (`ascp.lru.LRU`) and the caches built on it."""
+"""The one bounded mapping (`ascp.caching.lru.LRU`) and the caches built on it."""
 
 from __future__ import annotations
 
 import pytest
 
-from ascp.lru import LRU
+from ascp.caching.lru import LRU
 
 
 def test_count_bound_drops_the_least_recently_used():

@@ -364,7 +364,7 @@ def test_ray_workers_load_the_nli_model(tmp_path, tiny_model_dir, contradicting)
 
 
 def test_the_decision_cache_is_the_one_lru_bounded_by_cache_size(entailing):
-    from ascp.lru import LRU
+    from ascp.caching.lru import LRU
 
     matcher = NLIClaimMatcher(entailing, cache_size=2)
     assert isinstance(matcher._cache, LRU)

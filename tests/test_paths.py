@@ -1,10 +1,10 @@
-"""`ascp.paths`: the one file identity behind every key derived from a file."""
+"""`ascp.caching.files`: the one file identity behind every key derived from a file."""
 
 from __future__ import annotations
 
 import os
 
-from ascp.paths import derived_path, file_identity, folder_identity
+from ascp.caching.files import derived_path, file_identity, folder_identity
 
 
 def _touch_ns(path, ns: int) -> None:

@@ -77,6 +77,9 @@ def __dir__() -> list[str]:
 # Modules that moved into their stage's package; the old import paths keep working (with a
 # DeprecationWarning) so code written against earlier releases and the docs of that time still runs.
 MOVED_MODULES = {
+    "ascp.attribution.attention_fit": "ascp.fitprobe.fit",
+    "ascp.attribution.attention_pooling": "ascp.lm.attention",
+    "ascp.attribution.fit_readings": "ascp.fitprobe.readings",
     "ascp.calibration": "ascp.validation.calibration",
     "ascp.citations": "ascp.metrics.citations",
     "ascp.consumers": "ascp.loop.consumers",
@@ -85,8 +88,10 @@ MOVED_MODULES = {
     "ascp.decoding": "ascp.lm.steering",
     "ascp.display": "ascp.render.console",
     "ascp.judge": "ascp.validation.judge",
+    "ascp.lru": "ascp.caching.lru",
     "ascp.lm.generation": "ascp.lm.hf",
     "ascp.nli": "ascp.metrics.nli",
+    "ascp.paths": "ascp.caching.files",
     "ascp.prompts": "ascp.lm.prompts",
     "ascp.reproduce": "ascp.report.reproduce",
     "ascp.requests": "ascp.attribution.requests",

@@ -141,7 +141,8 @@ class Probe:
     estimator: a registered estimator name (`loo`, the default, and the others `ascp estimators`
         lists), a spec with its options (`contextcite(num_ablations=64)`), or `ascp.ProbeSettings`;
         `estimator_options` are its parameters; an estimator that draws random numbers
-        (`needs_seed`, ContextCite's masks) takes `seed` unless its options give one.
+        (`needs_seed`, ContextCite's masks) draws a stream of its own per request, seeded from `seed`
+        and the request id, unless its options give a seed (`ProbeSettings.estimator_for`).
     threshold: the used threshold on normalised scores (None: tau(k) = 0.555 k^-0.633).
     instruction: `commit` or `integrate`; template: your own prompt instead (a format string with
         `{passages}` then `{question}`, see `PromptTemplate.from_format`, or a `PromptTemplate`);
@@ -161,7 +162,7 @@ class Probe:
         if sampling is not None and not isinstance(sampling, SamplingConfig):
             raise AscpError(f"sampling must be an ascp.SamplingConfig or None, got {type(sampling).__name__}.")
         settings = probe_settings(estimator, threshold, estimator_options)
-        self.estimator = settings.build(seed)  # a seeded estimator (ContextCite's masks) draws from `seed`
+        self.estimator = settings.build(seed)  # the estimator as named and configured (its name, its facts)
         self.model = model
         self.config = ProbeConfig(template=prompt_template(instruction, template, system),
                                   sampling=sampling or SamplingConfig(), seed=seed, batch_size=batch_size,
@@ -195,7 +196,8 @@ class Probe:
         items = prepare_inputs(model, parsed, self.config, progress=on_generated)
         results = []
         for request, item in zip(parsed, items, strict=True):
-            results.append(attribute_one(model, self.estimator, request, item, self.config))
+            estimator = self.config.probe.estimator_for(self.config.seed, request.id)
+            results.append(attribute_one(model, estimator, request, item, self.config))
             if on_scored:
                 on_scored(1)
         return results

@@ -16,6 +16,7 @@ sampled ids themselves, without the end-of-turn token).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -80,12 +81,24 @@ class ProbeSettings:
         return canonical_name(self.estimator, self.options)
 
     def build(self, seed: int | None = None) -> Estimator:
-        """The estimator. THE seed rule of seeded estimators (`needs_seed`, ContextCite's masks): `seed`
-        (the run's, or one derived per request) becomes the `seed` option unless the options give one."""
+        """The estimator; `seed` becomes the `seed` option of a seeded estimator (`needs_seed`, ContextCite's
+        masks) unless the options give one."""
         options = dict(self.options)
         if seed is not None and estimator_facts(self.estimator).needs_seed:
             options.setdefault("seed", seed)
         return make_estimator(self.estimator, **options)
+
+    def estimator_for(self, seed: int, request: object) -> Estimator:
+        """THE seed rule of every caller (`ascp.Probe`, the loop, the validation): an estimator that draws
+        random numbers gets a stream of its own per request, seeded by derive_seed(seed, request,
+        estimator name) unless its options fix a seed; any other is built once and shared."""
+        if estimator_facts(self.estimator).needs_seed:
+            return self.build(derive_seed(seed, request, self.estimator))
+        return self._shared
+
+    @functools.cached_property
+    def _shared(self) -> Estimator:
+        return self.build()
 
 
 def probe_settings(estimator: str | ProbeSettings | None = None, threshold: float | None = None,

@@ -53,11 +53,11 @@ def fit_probe(
     with user_errors():
         from ascp.api import load_model
         from ascp.attribution.attention import attention_model
-        from ascp.attribution.attention_fit import draw_contexts, fit_map, read_contexts
         from ascp.attribution.attention_map import model_digest
-        from ascp.attribution.fit_readings import READINGS_FEATURE, FitReadings, check_readings_path, context_key
         from ascp.data import load_cases_with_order
         from ascp.experiments.spec import parse_positions
+        from ascp.fitprobe.fit import draw_contexts, fit_map, read_contexts
+        from ascp.fitprobe.readings import READINGS_FEATURE, FitReadings, check_readings_path, context_key
         from ascp.lm.sampling import SamplingConfig
 
         train_range = parse_positions("--train-positions", train_positions)

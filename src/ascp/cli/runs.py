@@ -263,6 +263,7 @@ def simulate_command(
 ) -> None:
     """The closed loop with a model-free consumer in place of the generator and probe: seconds per policy."""
     with user_errors():
+        from ascp.caching.files import ascp_home
         from ascp.data import load_cases_with_order
         from ascp.embed.cache import EmbeddingCache
         from ascp.embed.embedders import check_embedder, embedder_id, resolve_embedder
@@ -270,7 +271,6 @@ def simulate_command(
         from ascp.loop.consumers import Fit, Oracle, Replay, make_consumer
         from ascp.loop.runfolder import check_out_dir
         from ascp.loop.simulate import compare, pool_views, simulate_portfolios, split_policies, write_simulation
-        from ascp.paths import ascp_home
         from ascp.schedulers import check_scheduler
 
         policies = split_policies(policy)

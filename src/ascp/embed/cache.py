@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ascp.caching.lru import LRU
 from ascp.errors import AscpError, DiskError
 from ascp.jsonio import atomic_writer
-from ascp.lru import LRU
 
 EmbedFn = Callable[[Sequence[str]], np.ndarray]
 
@@ -42,7 +42,7 @@ _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # an .npz file is a zip archive (th
 
 def default_cache_folder() -> Path:
     """Where `ascp simulate` keeps its embedding caches: `$ASCP_HOME/embeddings`."""
-    from ascp.paths import ascp_home
+    from ascp.caching.files import ascp_home
 
     return ascp_home() / "embeddings"
 

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ascp.caching.files import folder_identity
 from ascp.errors import AscpError
-from ascp.paths import folder_identity
 
 DEFAULT_EMBEDDER = "default"
 HASHING = "hashing"

@@ -33,48 +33,20 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
-from ascp.lm.protocol import tokens_fed
-
-if TYPE_CHECKING:
-    from ascp.lm.hf import HFLanguageModel
+from ascp.lm.protocol import AttentionPass, tokens_fed
 
 POOLED_ATTENTION = "ascp_pooled_sdpa"
 """The name the pooling attention function is registered under in transformers' `AttentionInterface`."""
 _ROW_CHUNK = 256  # response rows whose softmax is held at once (R x T floats per head)
 
 
-@dataclass(frozen=True)
-class AttentionPass:
-    """What one pass over prompt + response gives.
-
-    features: shape (k, layers, heads), the pooled attention mass per passage block.
-    knockout: shape (k,), mean log-probability per response token lost when the response rows
-        cannot attend to the passage (the prompt's own states unchanged); nats per response token
-        (NaN for a passage not in the pass's `knockout_of`).
-    full_logprobs: shape (R,), log p(response token | full prompt, earlier response tokens).
-    tokens_processed: tokens fed (`tokens_fed`, less a prompt prefix taken from the prefix store).
-    pooling_bytes: the largest working set the pooling held at once (one layer's response-row
-        logits and weights in float32 and their boolean mask), next to eager attention's
-        layers x heads x T x T weights.
-    spans: each passage block's token span [start, end) in the prompt (`passage_token_spans`).
-    """
-
-    features: np.ndarray
-    knockout: np.ndarray
-    full_logprobs: np.ndarray
-    tokens_processed: int
-    pooling_bytes: int = 0
-    spans: tuple[tuple[int, int], ...] = ()
-
-
-def passage_token_spans(holder: HFLanguageModel, prompt: EncodedPrompt) -> list[tuple[int, int]]:
+def passage_token_spans(holder: Any, prompt: EncodedPrompt) -> list[tuple[int, int]]:
     """Token span [start, end) of each passage block in `prompt.ids`: the tokens whose first
     character lies in the block's characters (a token straddling a boundary belongs to the block
     where it starts). A block with no token of its own is one sentence."""
@@ -173,7 +145,7 @@ def _truncate(cache: Any, keep: int) -> None:
         cache.crop(-extra)
 
 
-def knockout_scores(holder: HFLanguageModel, cache: Any, ids: Sequence[int], response: Sequence[int],
+def knockout_scores(holder: Any, cache: Any, ids: Sequence[int], response: Sequence[int],
                     spans: Sequence[tuple[int, int]], full: np.ndarray) -> tuple[np.ndarray, int]:
     """Per passage span, mean(full) minus the mean log-probability of `response` when its rows
     cannot attend to the span's keys; `cache` holds at least the prompt's first len(ids) - 1
@@ -203,7 +175,7 @@ def knockout_scores(holder: HFLanguageModel, cache: Any, ids: Sequence[int], res
     return out, len(spans) * n
 
 
-def read_attention(holder: HFLanguageModel, prompt: EncodedPrompt, response: Sequence[int],
+def read_attention(holder: Any, prompt: EncodedPrompt, response: Sequence[int],
                    knockout_of: Sequence[int] | None = None, what: str = "the attention pass") -> AttentionPass:
     """Pooled attention features, knockout scores and the full prompt's log-probabilities of
     `response`, from one pass over prompt + response and k response-length passes (only the
@@ -268,4 +240,4 @@ def read_attention(holder: HFLanguageModel, prompt: EncodedPrompt, response: Seq
                          pooling.peak_bytes, tuple(spans))
 
 
-__all__ = ["POOLED_ATTENTION", "AttentionPass", "knockout_scores", "passage_token_spans", "read_attention"]
+__all__ = ["POOLED_ATTENTION", "knockout_scores", "passage_token_spans", "read_attention"]

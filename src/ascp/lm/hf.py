@@ -24,12 +24,11 @@ from typing import TYPE_CHECKING, Any
 from ascp.lm.encoded import common_prefix
 from ascp.lm.kvcache import stacked_cache
 from ascp.lm.prefixes import PrefixEntry, PrefixStore, prefix_store_from_env
-from ascp.lm.protocol import ScoredPrompts
+from ascp.lm.protocol import AttentionPass, ScoredPrompts
 from ascp.lm.sampling import BatchRows, Generation, LogitMix, SamplingConfig, StepSampler, derive_seed, run_in_batches
 from ascp.lm.tokenized import TokenizedModel
 
 if TYPE_CHECKING:
-    from ascp.lm.attention import AttentionPass
     from ascp.lm.encoded import EncodedPrompt
 
 __all__ = ["Generation", "HFLanguageModel", "LogitMix", "SamplingConfig", "derive_seed", "generate",

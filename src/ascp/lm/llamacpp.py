@@ -415,7 +415,7 @@ class LlamaCppModel(TokenizedModel):
 
 def f16_copy(gguf: Path) -> Path:
     """The GGUF's weights in f16 (llama.cpp's own converter), made once and cached."""
-    from ascp.paths import derived_path
+    from ascp.caching.files import derived_path
 
     target = derived_path(gguf, ".f16.gguf")
     if target.is_file():
@@ -437,7 +437,7 @@ def gguf_tokenizer(gguf: Path) -> Any:
     """The Hugging Face tokenizer of a GGUF file's own vocabulary and chat template (cached)."""
     from transformers import AutoTokenizer
 
-    from ascp.paths import derived_path
+    from ascp.caching.files import derived_path
 
     target = derived_path(gguf, "-tokenizer")
     if (target / "tokenizer_config.json").is_file():

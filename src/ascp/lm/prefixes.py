@@ -30,8 +30,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ascp.caching.lru import LRU
 from ascp.errors import AscpError
-from ascp.lru import LRU
 
 __all__ = ["DEFAULT_MB", "PrefixEntry", "PrefixStats", "PrefixStore", "check_megabytes", "configure_prefixes",
            "fresh_prefixes", "prefix_store", "prefix_store_from_env"]

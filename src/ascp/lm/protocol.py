@@ -30,7 +30,6 @@ import numpy as np
 from ascp.errors import AscpError
 
 if TYPE_CHECKING:
-    from ascp.lm.attention import AttentionPass
     from ascp.lm.encoded import EncodedPrompt
     from ascp.lm.prefixes import PrefixStore
     from ascp.lm.prompts import PromptTemplate
@@ -211,6 +210,30 @@ class SteerableModel(LanguageModel, Protocol):
         """Like `generate`, but an item is several prompts; `mix` turns their next-token logits into
         the logits the item samples from (see `ascp.lm.sampling.LogitMix`)."""
         ...
+
+
+@dataclass(frozen=True)
+class AttentionPass:
+    """What one pass over prompt + response gives.
+
+    features: shape (k, layers, heads), the pooled attention mass per passage block.
+    knockout: shape (k,), mean log-probability per response token lost when the response rows
+        cannot attend to the passage (the prompt's own states unchanged); nats per response token
+        (NaN for a passage not in the pass's `knockout_of`).
+    full_logprobs: shape (R,), log p(response token | full prompt, earlier response tokens).
+    tokens_processed: tokens fed (`tokens_fed`, less a prompt prefix taken from the prefix store).
+    pooling_bytes: the largest working set the pooling held at once (one layer's response-row
+        logits and weights in float32 and their boolean mask), next to eager attention's
+        layers x heads x T x T weights.
+    spans: each passage block's token span [start, end) in the prompt (`passage_token_spans`).
+    """
+
+    features: np.ndarray
+    knockout: np.ndarray
+    full_logprobs: np.ndarray
+    tokens_processed: int
+    pooling_bytes: int = 0
+    spans: tuple[tuple[int, int], ...] = ()
 
 
 @runtime_checkable

@@ -60,7 +60,7 @@ SCHEMA = "1"
 
 def default_cache_path() -> Path:
     """`$ASCP_HOME/requests.sqlite`: the file `--request-cache default` names."""
-    from ascp.paths import ascp_home
+    from ascp.caching.files import ascp_home
 
     return ascp_home() / "requests.sqlite"
 
@@ -77,8 +77,8 @@ def resolve_cache_path(value: str | Path | None) -> Path | None:
 
 
 def files_identity(paths: Sequence[Path]) -> list[tuple[str, int, int]]:
-    """`ascp.paths.file_identity` of each file, sorted by path: weights files' identity."""
-    from ascp.paths import file_identity
+    """`ascp.caching.files.file_identity` of each file, sorted by path: weights files' identity."""
+    from ascp.caching.files import file_identity
 
     return [file_identity(path) for path in sorted(paths)]
 

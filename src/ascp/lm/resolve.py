@@ -15,11 +15,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ascp.caching.files import derived_path
 from ascp.errors import AscpError
 from ascp.jsonio import staged_folder
 from ascp.lm.hf import HFLanguageModel
 from ascp.lm.protocol import LanguageModel
-from ascp.paths import derived_path
 
 if TYPE_CHECKING:
     from ascp.lm.engine import EngineModel
@@ -111,7 +111,7 @@ def choose_backend(spec: str, device: str = "auto", dtype: str = "auto", backend
     if backend == "hf":
         return "hf"
     gguf = gguf_of(spec)
-    on_cpu = device == "cpu" or (device == "auto" and not _cuda_available())
+    on_cpu = resolve_device(device) == "cpu"
     if backend == "auto":
         measured_faster_on_hf = spec == DEFAULT_MODEL
         fits_llamacpp = gguf is not None and on_cpu and dtype == "auto" and llamacpp.available()
@@ -131,10 +131,14 @@ def choose_backend(spec: str, device: str = "auto", dtype: str = "auto", backend
     return "llamacpp"
 
 
-def _cuda_available() -> bool:
+def resolve_device(device: str) -> str:
+    """THE `auto` device rule of every model ascp loads (generators, NLI matchers): `cuda` where torch
+    sees a GPU, else `cpu`; any other value as given."""
+    if device != "auto":
+        return device
     import torch
 
-    return bool(torch.cuda.is_available())
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def resolve_model_dir(spec: str) -> str:
@@ -222,8 +226,7 @@ def load_hf_model(spec: str = DEFAULT_MODEL, device: str = "auto", dtype: str = 
 
     hf_logging.disable_progress_bar()
     source = resolve_model_dir(spec)
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = resolve_device(device)
     if dtype == "auto":
         dtype = "float32" if device == "cpu" else "bfloat16"
     if dtype not in {"float32", "bfloat16", "float16"}:

@@ -99,9 +99,8 @@ def run_loop(
 ) -> list[Portfolio]:
     """Run T rounds of `config.policy` on every case; `progress(n)` is called per finished round.
     The cases' pools were checked where they met k (`check_pools`). The estimator is `config.probe`'s,
-    a seeded one drawing from the run seed (`ProbeSettings.build`), unless `estimator` gives an
-    instance of one's own."""
-    estimator = estimator or config.probe.build(config.seed)
+    a seeded one drawing a stream of its own per case and round (`ProbeSettings.estimator_for`),
+    unless `estimator` gives an instance of one's own."""
     fresh_prefixes(lm)  # prompts are shared within this run, which computes the same whatever ran before
     schedulers: dict[str, Scheduler] = {}
     for case in cases:
@@ -136,7 +135,8 @@ def run_loop(
     return portfolios
 
 
-def _run_jobs(lm: LanguageModel, jobs: list[_Job], config: LoopConfig, estimator: Estimator, progress) -> list[Round]:
+def _run_jobs(lm: LanguageModel, jobs: list[_Job], config: LoopConfig, estimator: Estimator | None,
+              progress) -> list[Round]:
     prompts: list[EncodedPrompt] = []
     items: list[EncodedPrompt | SteerStreams] = []
     for job in jobs:
@@ -167,7 +167,8 @@ def _run_jobs(lm: LanguageModel, jobs: list[_Job], config: LoopConfig, estimator
         response_ids = tuple(lm.encode(gen.text))  # canonical: tokenizer(text) of the response it reports
         context = tuple(job.case.passage(pid) for pid in job.selection.ids)
         item = ProbeInput(job.case.question, context, prompt, gen.text, response_ids)
-        result = probe_response(lm, estimator, item, config.probe.threshold)
+        own = estimator or config.probe.estimator_for(config.seed, f"{job.case.id}|round{job.round}")
+        result = probe_response(lm, own, item, config.probe.threshold)
         return len(response_ids), result, time.perf_counter() - t0
 
     # A served model (`ascp.lm.engine`) batches concurrent requests itself: keep several cases'

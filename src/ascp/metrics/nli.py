@@ -42,8 +42,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ascp.caching.lru import LRU
 from ascp.errors import AscpError
-from ascp.lru import LRU
 from ascp.metrics.answers import STOPWORDS, Matcher, normalize_answer
 from ascp.types import AnswerUnit, Case
 
@@ -131,14 +131,6 @@ def check_nli_model(spec: str, where: str = FLAG) -> str:
     return str(path.resolve())
 
 
-def _resolve_device(device: str) -> str:
-    if device != "auto":
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 class NLIClaimMatcher:
     """The one NLI matcher (rule in the module docstring): `entails(pairs)` for (premise, hypothesis)
     pairs, `matcher(unit, text)` for "does `text` entail `unit.claim`?".
@@ -159,6 +151,8 @@ class NLIClaimMatcher:
             raise AscpError(f"the NLI batch size must be at least 1, got {batch_size}.")
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+        from ascp.lm.resolve import resolve_device
+
         try:
             tokenizer = AutoTokenizer.from_pretrained(resolved, local_files_only=True)
             classifier = AutoModelForSequenceClassification.from_pretrained(resolved, local_files_only=True)
@@ -167,7 +161,7 @@ class NLIClaimMatcher:
                             f"tokenizer ({type(exc).__name__}); give a local NLI model folder.") from None
         config = classifier.config
         self.entail = entailment_index(config.id2label, config.num_labels, f"{where} {spec}")
-        classifier.to(_resolve_device(device)).eval()
+        classifier.to(resolve_device(device)).eval()
         if max_length is None:
             limit = int(getattr(tokenizer, "model_max_length", 0) or 0)
             max_length = limit if 0 < limit <= 100_000 else min(getattr(config, "max_position_embeddings", 512), 512)

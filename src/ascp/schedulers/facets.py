@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ascp.lru import LRU
+from ascp.caching.lru import LRU
 from ascp.schedulers.base import EmbedFn, Facets, PoolView
 from ascp.types import Case
 

@@ -178,13 +178,10 @@ class _Runner:
         self.lm, self.builder, self.config, self.run = lm, builder, config, run
         self.template = config.prompt()
         self.settings = {n: config.probe_settings(n) for n in config.estimators}
-        self.shared = {n: s.build() for n, s in self.settings.items() if not estimator_facts(n).needs_seed}
 
     def estimator(self, name: str, rid: str) -> Estimator:
-        """One estimator per run, or per request for a seeded one (its own random stream per request)."""
-        if name in self.shared:
-            return self.shared[name]
-        return self.settings[name].build(seed=derive_seed(self.config.seed, rid, name))
+        """The estimator of request `rid` (`ProbeSettings.estimator_for`, the one seed rule)."""
+        return self.settings[name].estimator_for(self.config.seed, rid)
 
     def skip(self, pool: ControlledPool, protocol: str, reason: str, kind: str) -> None:
         self.run.skips.append(Skip(pool.case_id, pool.width, pool.padding, reason, kind, protocol))

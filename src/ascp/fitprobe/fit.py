@@ -29,10 +29,10 @@ import numpy as np
 from ascp.attribution.attention import attention_model
 from ascp.attribution.attention_map import AttentionMap, model_digest
 from ascp.attribution.base import ProbeInput
-from ascp.attribution.fit_readings import FitReadings, ReadContext, context_key
 from ascp.attribution.gated import gate
 from ascp.attribution.loo import LeaveOneOut
 from ascp.errors import AscpError
+from ascp.fitprobe.readings import FitReadings, ReadContext, context_key
 from ascp.reading import normalize, used_cut, used_mask
 from ascp.types import Case, Passage
 
