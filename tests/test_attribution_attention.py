@@ -408,8 +408,7 @@ def test_gated_settles_the_probes_own_threshold(lm, random_item, tmp_path):
         result = ascp.attribute(item.question, list(item.passages), item.response_text, model=lm,
                                 estimator=f"gated(weights={path},band=0.05)", threshold=threshold)
         expected = free_threshold(5) if threshold is None else threshold
-        assert result.threshold == pytest.approx(expected)
-        assert result.extra["threshold"] == pytest.approx(expected)
+        assert result.threshold == pytest.approx(expected) and result.to_json()["threshold"] == pytest.approx(expected)
     with pytest.raises(AscpError, match="unknown option.*threshold"):
         ascp.Probe(lm, "gated", threshold_of_gate=0.3)
     with pytest.raises(AscpError, match="unknown option.*threshold"):

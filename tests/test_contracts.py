@@ -28,6 +28,7 @@ from ascp.attribution.base import ProbeInput, Scores
 from ascp.embed.embedders import embedded_minilm_dir
 from ascp.errors import AscpError
 from ascp.params import Param
+from ascp.reading import Reading
 from ascp.schedulers import (
     SCHEDULER_NAMES,
     Scheduler,
@@ -452,8 +453,9 @@ def _unit_record(estimator: str, k: int, case_id: str, used_share: float) -> dic
     ids = tuple(f"d{i}" for i in range(k))
     n_used = max(1, round(used_share * k))
     scores = {pid: (1.0 / n_used if i < n_used else 0.0) for i, pid in enumerate(ids)}
-    rnd = Round(round=1, context=ids, response="r", response_tokens=3, scores=scores, normalized=scores,
-                used=ids[:n_used], seconds=0.1, prompt_tokens=50, generation_seconds=0.05)
+    rnd = Round(round=1, context=ids, response="r", response_tokens=3,
+                reading=Reading(scores, scores, ids[:n_used], None), seconds=0.1, prompt_tokens=50,
+                generation_seconds=0.05)
     return {"task": "toy", "model": "m", "seed": 0, "case_id": case_id, "condition": f"rotate(k={k},T=1)",
             "policy": "rotate", "scheduler": "rotate", "k": k, "T": 1, "arm": None, "estimator": estimator,
             "instruction": "commit", "steer": None, "eta": None, "pr": 0.5, "rounds": [rnd.to_json()]}

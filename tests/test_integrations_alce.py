@@ -22,6 +22,7 @@ from ascp.data import load_cases
 from ascp.integrations.alce import alce_results, check_alce_out, export_alce, one_line, portfolio_output
 from ascp.metrics.answers import normalize_answer
 from ascp.metrics.portfolio import best_single_recall, portfolio_recall
+from ascp.reading import Reading
 from ascp.types import Portfolio, Round
 
 ASQA = Path(__file__).resolve().parents[2] / "shared" / "data" / "asqa" / "asqa_wikidpr_pools.json"
@@ -124,7 +125,7 @@ def _portfolios_from_long_answers(items, cases):
         for t, sentence in enumerate(sentences[:3], start=1):
             context = tuple(p.id for p in case.pool[(t - 1) * 2:(t - 1) * 2 + 2])
             rounds.append(Round(round=t, context=context, response=sentence + "\n(second line)", response_tokens=1,
-                                scores={}, normalized={}, used=context[:1], seconds=0.0))
+                                reading=Reading({}, {}, context[:1], None), seconds=0.0))
         out.append(Portfolio(case.id, "test", tuple(rounds)))
     return out
 
@@ -175,8 +176,8 @@ def test_where_the_definitions_differ():
     item = {"id": "q", "question": "q?", "qa_pairs": [{"short_answers": ["18"]}, {"short_answers": []}],
             "docs": [{"id": "d0", "title": "t", "text": "x"}]}
     case = Case("q", "q?", pool, (AnswerUnit("qa0", ("18",)),), task="asqa")
-    rounds = (Round(1, ("d0",), "It was 1850 and", 1, {}, {}, (), 0.0),
-              Round(2, ("d0",), "18 years later [18].", 1, {}, {}, (), 0.0))
+    rounds = (Round(1, ("d0",), "It was 1850 and", 1, Reading({}, {}, (), None), 0.0),
+              Round(2, ("d0",), "18 years later [18].", 1, Reading({}, {}, (), None), 0.0))
     res = alce_results([item], [case], [Portfolio("q", "p", rounds)])["asqa-round1.json"]["data"][0]
     # round 1: ALCE finds "18" inside "1850"; ascp does not; ALCE also counts the empty pair as missed
     assert alce_compute_str_em([res])[0] == 50.0 and best_single_recall(case.units, [rounds[0].response]) == 0.0

@@ -9,14 +9,15 @@ import pytest
 
 from ascp.errors import AscpError
 from ascp.loop.runfolder import RUN_FILES, write_run
+from ascp.reading import Reading
 from ascp.results.reader import read_records, read_run, read_summary
 from ascp.types import Portfolio, Round
 
 
 def _round(t: int, context: list[str], used: list[str]) -> Round:
     return Round(round=t, context=tuple(context), response=f"answer {t}", response_tokens=2,
-                 scores={d: float(d in used) for d in context}, normalized={d: float(d in used) for d in context},
-                 used=tuple(used), seconds=0.25)
+                 reading=Reading({d: float(d in used) for d in context}, {d: float(d in used) for d in context},
+                                 tuple(used), None), seconds=0.25)
 
 
 @pytest.fixture()

@@ -16,6 +16,7 @@ from ascp.embed.embedders import embedded_minilm_dir
 from ascp.errors import AscpError
 from ascp.loop.consumers import Consumption, Oracle, Replay, Toy, make_consumer
 from ascp.loop.simulate import EmbeddingCache, compare, pool_views, simulate_portfolios, split_policies
+from ascp.reading import Reading
 from ascp.stats import consumption_independence
 from ascp.types import AnswerUnit, Case, Passage, Portfolio, Round
 
@@ -375,8 +376,8 @@ def synthetic_run(tmp_path, cases, T: int = 5, k: int = 5, seed: int = 0):
             p = 1 / (1 + np.exp(-(x @ FIT_TRUTH)))
             used = [d for d, pd in zip(context, p, strict=True) if rng.random() < pd]
             normalized = {d: (1 / len(used) if d in used else 0.0) for d in context}
-            rounds.append(Round(round=t, context=tuple(context), response="", response_tokens=0, scores=normalized,
-                                normalized=normalized, used=tuple(used), seconds=0.0))
+            rounds.append(Round(round=t, context=tuple(context), response="", response_tokens=0,
+                                reading=Reading(normalized, normalized, tuple(used), None), seconds=0.0))
             X.append(x)
             for d in context:
                 shown[d] = shown.get(d, 0) + 1

@@ -30,6 +30,7 @@ from ascp.metrics import (
     used_count,
     utilisation_concentration,
 )
+from ascp.reading import Reading
 from ascp.types import AnswerUnit, Case, Passage, Portfolio, Round
 
 
@@ -39,9 +40,7 @@ def rnd(t: int, context: dict[str, float], used: tuple[str, ...] = (), response:
         context=tuple(context),
         response=response,
         response_tokens=len(response.split()),
-        scores=dict(context),
-        normalized=dict(context),
-        used=used,
+        reading=Reading(dict(context), dict(context), used, None),
         seconds=0.0,
     )
 
@@ -196,7 +195,7 @@ def test_ecr_edge_cases() -> None:
     # all-zero rounds only: no passage counts, denominator is still |O_T| = 2
     assert evidence_coverage_rate([rnd(1, {"a": 0.0, "b": 0.0})]) == 0.0
     # a passage missing from `normalized` reads as 0
-    r = Round(1, ("a", "b"), "", 0, {"a": 1.0}, {"a": 1.0}, ("a",), 0.0)
+    r = Round(1, ("a", "b"), "", 0, Reading({"a": 1.0}, {"a": 1.0}, ("a",), None), 0.0)
     assert evidence_coverage_rate([r]) == 0.5
     # nothing offered: undefined
     assert math.isnan(evidence_coverage_rate([]))

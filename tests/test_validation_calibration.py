@@ -13,14 +13,15 @@ from conftest import invoke_cli
 
 from ascp.errors import AscpError
 from ascp.metrics import evidence_coverage_rate, thresholded_coverage, thresholded_used
+from ascp.reading import Reading
 from ascp.types import Round
 from ascp.validation import calibration as cal
 from ascp.validation.analysis import Context
 
 
 def rnd(t: int, normalized: dict[str, float]) -> Round:
-    return Round(round=t, context=tuple(normalized), response="r", response_tokens=1, scores=dict(normalized),
-                 normalized=normalized, used=(), seconds=0.0)
+    return Round(round=t, context=tuple(normalized), response="r", response_tokens=1,
+                 reading=Reading(dict(normalized), normalized, (), None), seconds=0.0)
 
 
 ROUNDS = [rnd(1, {"a": 0.6, "b": 0.3, "c": 0.1}), rnd(2, {"c": 0.5, "d": 0.5})]
@@ -44,12 +45,11 @@ def test_the_tables_threshold_reads_raw_scores_not_normalised_ones():
     # Raw drops of 0.2 nats/token on every passage: each is used at tau = 0.1 whatever the width,
     # though their normalised shares (1/3, 1/6) shrink with it. Negative raw scores never count.
     narrow = Round(round=1, context=("a", "b", "c"), response="r", response_tokens=1,
-                   scores={"a": 0.2, "b": 0.2, "c": 0.2}, normalized={"a": 1 / 3, "b": 1 / 3, "c": 1 / 3},
-                   used=(), seconds=0.0)
+                   reading=Reading({"a": 0.2, "b": 0.2, "c": 0.2}, {"a": 1 / 3, "b": 1 / 3, "c": 1 / 3}, (), None),
+                   seconds=0.0)
     wide = Round(round=1, context=tuple("abcdef"), response="r", response_tokens=1,
-                 scores={**dict.fromkeys("abcde", 0.2), "f": -0.3},
-                 normalized={**dict.fromkeys("abcde", 0.2), "f": 0.0},
-                 used=(), seconds=0.0)
+                 reading=Reading({**dict.fromkeys("abcde", 0.2), "f": -0.3}, {**dict.fromkeys("abcde", 0.2), "f": 0.0},
+                                 (), None), seconds=0.0)
     assert thresholded_used([narrow], 0.1) == {"a", "b", "c"}
     assert thresholded_used([wide], 0.1) == set("abcde")
     assert thresholded_coverage([wide], 0.1) == pytest.approx(5 / 6)

@@ -16,6 +16,7 @@ from ascp.errors import AscpError
 from ascp.lm.protocol import LanguageModel, ScoredPrompts
 from ascp.lm.tiny import build_tokenizer
 from ascp.lm.tokenized import TokenizedModel
+from ascp.reading import Reading
 from ascp.types import Round
 from ascp.validation.judge import (
     JudgedPortfolio,
@@ -78,8 +79,8 @@ POLICY = "xquad"
 
 def _round(t: int, context: list[str], response: str, normalized: list[float]) -> dict:
     return Round(round=t, context=tuple(context), response=response, response_tokens=5,
-                 scores={pid: 0.1 * a for pid, a in zip(context, normalized, strict=True)},
-                 normalized=dict(zip(context, normalized, strict=True)), used=(), seconds=0.0).to_json()
+                 reading=Reading({pid: 0.1 * a for pid, a in zip(context, normalized, strict=True)},
+                                 dict(zip(context, normalized, strict=True)), (), None), seconds=0.0).to_json()
 
 
 def write_run(folder: Path) -> Path:

@@ -99,7 +99,9 @@ class Reading:
     scores: dict[str, float]
     normalized: dict[str, float]
     used: tuple[str, ...]
-    threshold: float
+    threshold: float | None
+    """The cut `used` was read at; None only for a reading taken back from a record written before
+    records stated it."""
 
 
 def read_scores(ids: Sequence[str], raw: ArrayLike, threshold: float | None = None) -> Reading:

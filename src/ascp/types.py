@@ -8,7 +8,47 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ascp.reading import Reading
+
+
+def _reading_of(record: Mapping[str, Any]) -> Reading:
+    """The reading a record holds (scores, normalized, used, and the threshold where it states one)."""
+    from ascp.reading import Reading
+
+    threshold = record.get("threshold")
+    return Reading(scores={k: float(v) for k, v in record["scores"].items()},
+                   normalized={k: float(v) for k, v in record["normalized"].items()},
+                   used=tuple(record["used"]), threshold=None if threshold is None else float(threshold))
+
+
+class _ReadingView:
+    """`scores`, `normalized`, `used` and `threshold` of a value that holds a `reading`."""
+
+    reading: Reading
+
+    @property
+    def scores(self) -> dict[str, float]:
+        """Raw score per passage id, context order."""
+        return self.reading.scores
+
+    @property
+    def normalized(self) -> dict[str, float]:
+        """[raw]_+ / sum [raw]_+ per passage id."""
+        return self.reading.normalized
+
+    @property
+    def used(self) -> tuple[str, ...]:
+        """The passages whose normalised score reaches `threshold` (the tau(k) rule)."""
+        return self.reading.used
+
+    @property
+    def threshold(self) -> float | None:
+        """The cut `used` was read at (tau(k) or a fixed threshold); None in a record written before
+        records stated it."""
+        return self.reading.threshold
 
 
 @dataclass(frozen=True)
@@ -52,8 +92,9 @@ class TokenLogprobs:
 
 
 @dataclass(frozen=True)
-class AttributionResult:
-    """One estimator's reading of one request; `scores` follow the context order of the request.
+class AttributionResult(_ReadingView):
+    """One estimator's reading of one request (`reading`: scores in the context order of the request,
+    normalised scores, the passages used and the threshold they were read at).
 
     `prompt` is the exact chat-templated text scored before the response and `passage_spans`
     the character span of each passage block in it. `unit` is the unit of `scores` as the estimator
@@ -66,14 +107,11 @@ class AttributionResult:
     estimator: str
     response: str
     response_tokens: int
-    scores: dict[str, float]
-    normalized: dict[str, float]
-    used: tuple[str, ...]
+    reading: Reading
     prompt: str
     passage_spans: dict[str, tuple[int, int]]
     seconds: float
     extra: dict[str, object] = field(default_factory=dict)
-    threshold: float | None = None
     token_logprobs: TokenLogprobs | None = field(default=None, compare=False, repr=False)
     unit: str = "score"
 
@@ -87,6 +125,7 @@ class AttributionResult:
             "scores": self.scores,
             "normalized": self.normalized,
             "used": list(self.used),
+            **({"threshold": self.threshold} if self.threshold is not None else {}),
             "prompt": self.prompt,
             "passage_spans": {k: list(v) for k, v in self.passage_spans.items()},
             "seconds": round(self.seconds, 4),
@@ -96,13 +135,11 @@ class AttributionResult:
 
     @classmethod
     def from_json(cls, record: Mapping[str, Any]) -> AttributionResult:
-        known = {f.name for f in fields(cls)} - {"extra", "threshold", "token_logprobs"}
+        known = ({f.name for f in fields(cls)} - {"extra", "reading", "token_logprobs"}
+                 | {"scores", "normalized", "used", "threshold"})
         return cls(
             id=str(record["id"]), estimator=str(record["estimator"]), response=str(record["response"]),
-            response_tokens=int(record["response_tokens"]),
-            scores={k: float(v) for k, v in record["scores"].items()},
-            normalized={k: float(v) for k, v in record["normalized"].items()},
-            used=tuple(record["used"]), prompt=str(record["prompt"]),
+            response_tokens=int(record["response_tokens"]), reading=_reading_of(record), prompt=str(record["prompt"]),
             passage_spans={k: (int(v[0]), int(v[1])) for k, v in record["passage_spans"].items()},
             seconds=float(record["seconds"]),
             unit=str(record.get("unit", "score")),
@@ -142,9 +179,8 @@ class AttributionResult:
             raise AscpError(f"no response token overlaps characters [{start}, {end}).")
         reading = read_span(list(self.scores), self.token_logprobs.full, self.token_logprobs.ablated, tokens,
                             self.threshold)
-        return replace(self, response=self.response[start:end], response_tokens=len(tokens),
-                       scores=reading.scores, normalized=reading.normalized, used=reading.used, seconds=0.0,
-                       token_logprobs=None)
+        return replace(self, response=self.response[start:end], response_tokens=len(tokens), reading=reading,
+                       seconds=0.0, token_logprobs=None)
 
     def _repr_html_(self) -> str:
         from ascp.render import attribution_html
@@ -179,16 +215,14 @@ class Case:
 
 
 @dataclass(frozen=True)
-class Round:
-    """One generation of a portfolio: its context, response and probe reading."""
+class Round(_ReadingView):
+    """One generation of a portfolio: its context, response and probe reading (`reading`)."""
 
     round: int  # 1-based
     context: tuple[str, ...]  # passage ids in prompt order
     response: str
     response_tokens: int
-    scores: dict[str, float]
-    normalized: dict[str, float]
-    used: tuple[str, ...]
+    reading: Reading  # raw -> normalised -> used, and the threshold it was read at
     seconds: float
     steered: bool = False  # decoded with attribution steering (Eq. 5): steering on and O non-empty
     overused: int = 0  # |O|: passages flagged used in earlier rounds (0 when steering is off)
@@ -197,9 +231,6 @@ class Round:
     probe_tokens: int = 0  # tokens the probe fed (less with a warmer prefix store or request cache)
     probe_extra: Mapping[str, Any] = field(default_factory=dict)
     """What the estimator says it did (`Scores.extra`, e.g. `gated`'s passages verified exactly)."""
-    threshold: float | None = None
-    """The cut on normalised scores `used` was read at (tau(k) or the fixed threshold); None in records
-    written before rounds stated it."""
 
     def to_json(self) -> dict[str, Any]:
         """The round's record (a line of `rounds.jsonl` without the case id)."""
@@ -228,15 +259,12 @@ class Round:
     def from_json(cls, record: Mapping[str, Any]) -> Round:
         return cls(
             round=int(record["round"]), context=tuple(record["context"]), response=str(record["response"]),
-            response_tokens=int(record["response_tokens"]),
-            scores={k: float(v) for k, v in record["scores"].items()},
-            normalized={k: float(v) for k, v in record["normalized"].items()},
-            used=tuple(record["used"]), seconds=float(record.get("seconds", 0.0)),
+            response_tokens=int(record["response_tokens"]), reading=_reading_of(record),
+            seconds=float(record.get("seconds", 0.0)),
             steered=bool(record.get("steered", False)), overused=int(record.get("overused", 0)),
             prompt_tokens=int(record.get("prompt_tokens", 0)),
             generation_seconds=float(record.get("generation_seconds", 0.0)),
             probe_tokens=int(record.get("probe_tokens", 0)), probe_extra=dict(record.get("probe_extra", {})),
-            threshold=None if record.get("threshold") is None else float(record["threshold"]),
         )
 
 

@@ -18,6 +18,7 @@ from ragas.metrics._context_precision import LLMContextPrecisionWithoutReference
 
 import ascp  # noqa: E402
 from ascp.integrations.ragas import CausalContextUse, CausalContextUtilization  # noqa: E402
+from ascp.reading import Reading  # noqa: E402
 
 SAMPLES = [
     {"user_input": "who wrote the novel and when was it published?",
@@ -75,9 +76,9 @@ def test_utilization_matches_ragas_on_every_verdict_pattern() -> None:
     for flags in product([False, True], repeat=4):
         ids = [f"p{i}" for i in range(4)]
         result = AttributionResult(id="r", estimator="loo", response="x", response_tokens=1,
-                                   scores=dict.fromkeys(ids, 0.0), normalized=dict.fromkeys(ids, 0.0),
-                                   used=tuple(p for p, f in zip(ids, flags, strict=True) if f), prompt="",
-                                   passage_spans={}, seconds=0.0)
+                                   reading=Reading(dict.fromkeys(ids, 0.0), dict.fromkeys(ids, 0.0),
+                                                   tuple(p for p, f in zip(ids, flags, strict=True) if f), None),
+                                   prompt="", passage_spans={}, seconds=0.0)
         assert utilization(result) == pytest.approx(ragas_utilization(list(flags)), abs=1e-9)
 
 

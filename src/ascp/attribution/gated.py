@@ -157,7 +157,7 @@ class GatedEstimator(AttentionEstimator):
             tokens_processed=attention_tokens + exact_tokens,
             extra={"verified": int(verified.sum()),
                    "verified_ids": [item.passages[i].id for i in np.flatnonzero(verified)],
-                   "stored": len(stored), "band": band, "threshold": cut, "attention_tokens": attention_tokens,
+                   "stored": len(stored), "band": band, "attention_tokens": attention_tokens,
                    "exact_tokens": exact_tokens},
         )
 

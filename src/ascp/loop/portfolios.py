@@ -193,15 +193,12 @@ def _run_jobs(lm: LanguageModel, jobs: list[_Job], config: LoopConfig, estimator
             context=tuple(job.selection.ids),
             response=gen.text,
             response_tokens=response_tokens,
-            scores=reading.scores,
-            normalized=reading.normalized,
-            used=reading.used,
+            reading=reading,
             seconds=gen_share + probe_seconds,
             prompt_tokens=prompt.num_tokens,
             generation_seconds=gen_share,
             probe_tokens=probe_reading.tokens_processed,
             probe_extra=probe_reading.extra,
-            threshold=reading.threshold,
         ))
         if progress:
             progress(1)

@@ -26,6 +26,7 @@ from ascp.embed.cache import EmbeddingCache as EmbeddingCache  # the one cache, 
 from ascp.lm.sampling import derive_seed
 from ascp.loop.consumers import Consumer
 from ascp.metrics.portfolio import evidence_ceiling, evidence_coverage_rate, offered_count, used_count
+from ascp.reading import Reading
 from ascp.schedulers import make_scheduler
 from ascp.schedulers.base import EmbedFn, PoolView, RoundFeedback
 from ascp.schedulers.facets import build_pool_view
@@ -75,9 +76,10 @@ def simulate_portfolios(
         for t in range(1, T + 1):
             context = scheduler.select(t, tuple(history)).ids
             reading = consumer.consume(case, t, context, history)
-            rounds.append(Round(round=t, context=tuple(context), response="", response_tokens=0,
-                                scores=dict(reading.normalized), normalized=dict(reading.normalized),
-                                used=reading.used, seconds=0.0))
+            consumed = Reading(scores=dict(reading.normalized), normalized=dict(reading.normalized), used=reading.used,
+                               threshold=None)  # a consumer's reading: no probe threshold behind it
+            rounds.append(Round(round=t, context=tuple(context), response="", response_tokens=0, reading=consumed,
+                                seconds=0.0))
             history.append(RoundFeedback(tuple(context), dict(reading.normalized), reading.used, ""))
         seconds = time.perf_counter() - start
         timed = tuple(Round(**{**r.__dict__, "seconds": seconds / T}) for r in rounds)
