@@ -53,13 +53,12 @@ needs_minilm = pytest.mark.skipif(embedded_minilm_dir() is None,
 def registry(monkeypatch: pytest.MonkeyPatch):
     """Undo this test's registrations, plugin loads and plugin module imports afterwards."""
     monkeypatch.delenv(plugins.ENV_VAR, raising=False)
-    saved = (dict(schedulers._REGISTRY), dict(attribution._REGISTERED), set(plugins._done), plugins._entry_points)
+    saved = (schedulers.SCHEDULERS.registrations(), attribution.ESTIMATORS.registrations(), set(plugins._done),
+             plugins._entry_points)
     modules = set(sys.modules)
     yield
-    schedulers._REGISTRY.clear()
-    schedulers._REGISTRY.update(saved[0])
-    attribution._REGISTERED.clear()
-    attribution._REGISTERED.update(saved[1])
+    schedulers.SCHEDULERS.restore(saved[0])
+    attribution.ESTIMATORS.restore(saved[1])
     plugins._done.clear()
     plugins._done.update(saved[2])
     plugins._entry_points = saved[3]
@@ -214,7 +213,7 @@ def test_bad_scheduler_registrations_are_one_sentence_errors(registry, name, cls
     with pytest.raises(AscpError, match=message) as err:
         register_scheduler(name, cls)
     one_sentence(err)
-    assert name not in schedulers._REGISTRY or name == "vanilla"
+    assert schedulers.SCHEDULERS.registered(name) is None
 
 
 def test_scheduler_registrations_refuse_bad_presets_constructors_and_taken_names(registry) -> None:
@@ -245,7 +244,7 @@ def test_scheduler_registrations_refuse_bad_presets_constructors_and_taken_names
     one_sentence(err)
     with pytest.raises(AscpError, match="'mine' is taken"):
         register_scheduler("mine", Stride, step=4)  # the same class, other presets
-    assert schedulers._REGISTRY["mine"] == (Stride, {})
+    assert schedulers.SCHEDULERS.registered("mine") == (Stride, {})
 
 
 @pytest.mark.parametrize(("name", "factory", "message"), [
@@ -260,7 +259,7 @@ def test_bad_estimator_registrations_are_one_sentence_errors(registry, name, fac
     with pytest.raises(AscpError, match=message) as err:
         register_estimator(name, factory)
     one_sentence(err)
-    assert name not in attribution._REGISTERED
+    assert attribution.ESTIMATORS.registered(name) is None
 
 
 def test_estimator_registrations_refuse_other_classes_under_a_taken_name(registry) -> None:

@@ -9,15 +9,14 @@ resolution see their registrations.
 from __future__ import annotations
 
 import inspect
-import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from ascp.attribution.base import Estimator
 from ascp.errors import AscpError
 from ascp.params import Param, validate
-from ascp.plugins import load_plugins
+from ascp.plugins.registry import Registry
 from ascp.reading import free_threshold, normalize, used_mask
 
 _BUILTIN_NAMES = ("loo", "replace", "hierarchical", "contextcite", "bm25", "qd-cosine", "yd-cosine", "attention",
@@ -26,8 +25,6 @@ DEFAULT_ESTIMATOR = "loo"
 """The causal probe of the paper (Eq. 3): what every command and the API use unless told otherwise."""
 VALIDATION_ESTIMATORS = ("loo", "replace", "contextcite", "bm25", "qd-cosine", "yd-cosine")
 """The estimators `ascp validate-probe` compares by default (Fig. 3's set)."""
-_REGISTERED: dict[str, Callable[..., Estimator]] = {}  # a user's own, in registration order
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 
 F = TypeVar("F", bound=Callable[..., Estimator])
 
@@ -41,7 +38,7 @@ else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _registry() -> dict[str, Callable[..., Estimator]]:
+def _builtins() -> Mapping[str, Callable[..., Estimator]]:
     # The built-ins import lazily: some of their modules pull in scikit-learn or embedders.
     from ascp.attribution.attention import AttentionEstimator
     from ascp.attribution.contextcite import ContextCite
@@ -60,14 +57,17 @@ def _registry() -> dict[str, Callable[..., Estimator]]:
         "yd-cosine": ResponseCosine,
         "attention": AttentionEstimator,
         "gated": GatedEstimator,
-        **_REGISTERED,
     }
+
+
+ESTIMATORS: Registry[Callable[..., Estimator]] = Registry(
+    "estimator", "estimator", "contextcite(num_ablations=64)", _BUILTIN_NAMES, _builtins)
+"""The estimators by name (`ascp.plugins.registry`, the one registry mechanism)."""
 
 
 def estimator_names() -> tuple[str, ...]:
     """The registered estimator names, built-in first, plugins loaded."""
-    load_plugins()
-    return (*_BUILTIN_NAMES, *_REGISTERED)
+    return ESTIMATORS.names()
 
 
 @overload
@@ -87,9 +87,7 @@ def register_estimator(name: str, factory: F | None = None, /) -> F | Callable[[
     """
     if factory is None:
         return lambda f: register_estimator(name, f)
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise AscpError(f"malformed estimator name {name!r}: use letters, digits, '-' and '_', starting with a "
-                        "letter or digit (such as my-estimator).")
+    ESTIMATORS.check_name(name)
     if isinstance(factory, type):
         if not issubclass(factory, Estimator):
             raise AscpError(f"cannot register {factory!r} as estimator {name!r}: it is not a subclass of "
@@ -108,13 +106,8 @@ def register_estimator(name: str, factory: F | None = None, /) -> F | Callable[[
     except TypeError as exc:
         raise AscpError(f"cannot register {label} as estimator {name!r}: it must take one keyword per declared "
                         f"param and nothing else required ({exc}).") from exc
-    if name in _BUILTIN_NAMES:
-        raise AscpError(f"estimator name {name!r} is taken (by a built-in estimator); register yours under "
-                        "another name.")
-    old = _REGISTERED.get(name)
-    if old is not None and old is not factory and (_label(old) != label or "<lambda>" in label):
-        raise AscpError(f"estimator name {name!r} is taken (by {_label(old)}); register yours under another name.")
-    _REGISTERED[name] = factory
+    ESTIMATORS.add(name, factory, owner=_label,
+                   same_as=lambda old: old is factory or (_label(old) == label and "<lambda>" not in label))
     return factory
 
 
@@ -123,11 +116,7 @@ def _label(factory: Callable[..., Any]) -> str:
 
 
 def _resolve(name: str) -> Callable[..., Estimator]:
-    load_plugins()
-    registry = _registry()
-    if name not in registry:
-        raise AscpError(f"unknown estimator {name!r}; choose one of {', '.join(registry)}.")
-    return registry[name]
+    return ESTIMATORS.get(name)
 
 
 def estimator_params(name: str) -> tuple[Param, ...]:
@@ -191,7 +180,7 @@ def make_estimator(name: str, **options: Any) -> Estimator:
     `AscpError` naming the field."""
     factory = _resolve(name)
     estimator = factory(**validate(f"estimator {name!r}", estimator_params(name), options))
-    if name in _REGISTERED:
+    if ESTIMATORS.registered(name) is not None:
         if not isinstance(estimator, Estimator):
             raise AscpError(f"estimator {name!r}: its factory returned a {type(estimator).__name__}, not an "
                             "ascp.Estimator; return an instance of an Estimator subclass.")
@@ -199,6 +188,6 @@ def make_estimator(name: str, **options: Any) -> Estimator:
     return estimator
 
 
-__all__ = ["DEFAULT_ESTIMATOR", "ESTIMATOR_NAMES", "VALIDATION_ESTIMATORS", "Estimator", "EstimatorFacts",
+__all__ = ["DEFAULT_ESTIMATOR", "ESTIMATORS", "ESTIMATOR_NAMES", "VALIDATION_ESTIMATORS", "Estimator", "EstimatorFacts",
            "estimator_facts", "estimator_names", "estimator_params", "facts_of", "free_threshold", "make_estimator",
            "normalize", "recorded_facts", "register_estimator", "used_mask"]

@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ascp.attribution import DEFAULT_ESTIMATOR, estimator_facts, estimator_params, facts_of, make_estimator
+from ascp.attribution import DEFAULT_ESTIMATOR, ESTIMATORS, estimator_facts, estimator_params, facts_of, make_estimator
 from ascp.attribution.base import Estimator, ProbeInput
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
 from ascp.lm.prompts import PromptTemplate
 from ascp.lm.sampling import SamplingConfig, derive_seed
-from ascp.params import canonical_name, parse_name, parse_value, validate
+from ascp.params import canonical_name, validate
 from ascp.reading import Reading, check_threshold, read_scores
 from ascp.types import AttributionRequest, AttributionResult, TokenLogprobs
 
@@ -62,8 +62,7 @@ class ProbeSettings:
         if not isinstance(self.options, Mapping):
             raise AscpError(f"estimator options must be a mapping of option names to values, got a "
                             f"{type(self.options).__name__}.")
-        name, pairs = parse_name(self.estimator, "estimator", "contextcite(num_ablations=64)")
-        written = {key: parse_value(value) for key, value in pairs}
+        name, written = ESTIMATORS.parse(self.estimator)
         both = sorted(set(written) & set(self.options))
         if both:
             raise AscpError(f"estimator {self.estimator!r}: option {both[0]} is given twice (in the name and as an "

@@ -13,7 +13,6 @@ so `SCHEDULER_NAMES` (recomputed on each access) and every resolution see their 
 from __future__ import annotations
 
 import inspect
-import re
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar, overload
@@ -21,8 +20,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import numpy as np
 
 from ascp.errors import AscpError
-from ascp.params import Param, canonical_name, parse_name, parse_value, validate
-from ascp.plugins import load_plugins
+from ascp.params import Param, canonical_name, validate
+from ascp.plugins.registry import Registry
 from ascp.schedulers.ascp import Ascp, ascp_greedy, ascp_objective
 from ascp.schedulers.ascp_exposure import AscpExposure
 from ascp.schedulers.base import PoolView, RoundFeedback, Scheduler, Selection
@@ -35,7 +34,7 @@ from ascp.schedulers.rotate import Rotate
 from ascp.schedulers.vanilla import Vanilla
 from ascp.schedulers.xquad import XQuAD
 
-_REGISTRY: dict[str, tuple[type[Scheduler], dict[str, Any]]] = {
+_BUILTINS: dict[str, tuple[type[Scheduler], dict[str, Any]]] = {
     "vanilla": (Vanilla, {}),
     "rotate": (Rotate, {}),
     "mmr": (MMR, {}),
@@ -54,9 +53,10 @@ _REGISTRY: dict[str, tuple[type[Scheduler], dict[str, Any]]] = {
     "ascp-exposure": (AscpExposure, {}),
 }
 ALIASES = {"fixed": "vanilla"}
-_BUILTIN = frozenset(_REGISTRY)
-
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")  # what a spec's name part parses as
+SCHEDULERS: Registry[tuple[type[Scheduler], dict[str, Any]]] = Registry(
+    "scheduler", "policy", "ascp or ascp(feedback=uniform,kappa=1)", tuple(_BUILTINS), lambda: _BUILTINS, ALIASES)
+"""The policies by name, each a (class, preset options) pair (`ascp.plugins.registry`, the one registry
+mechanism)."""
 
 S = TypeVar("S", bound=type[Scheduler])
 
@@ -72,8 +72,7 @@ else:
 
 def scheduler_names() -> tuple[str, ...]:
     """The registered policy names, built-in first, plugins loaded."""
-    load_plugins()
-    return tuple(_REGISTRY)
+    return SCHEDULERS.names()
 
 
 @overload
@@ -92,9 +91,7 @@ def register_scheduler(name: str, cls: S | None = None, /, **preset_options: Any
     """
     if cls is None:
         return lambda c: register_scheduler(name, c, **preset_options)
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise AscpError(f"malformed scheduler name {name!r}: use letters, digits, '-' and '_', starting with a "
-                        "letter or digit (such as my-policy).")
+    SCHEDULERS.check_name(name)
     if not (isinstance(cls, type) and issubclass(cls, Scheduler)):
         raise AscpError(f"cannot register {cls!r} as scheduler {name!r}: it is not a subclass of "
                         "ascp.Scheduler; derive the policy from ascp.Scheduler and implement select(round, history).")
@@ -111,45 +108,28 @@ def register_scheduler(name: str, cls: S | None = None, /, **preset_options: Any
         raise AscpError(f"cannot register {label} as scheduler {name!r}: its constructor must take (view, k, T, "
                         f"rng, name=None, **options) with one keyword per declared param ({exc}).") from exc
     preset = validate(f"scheduler {name!r}", cls.params, preset_options)
-    if name in ALIASES:
-        raise AscpError(f"scheduler name {name!r} is taken (an alias of {ALIASES[name]!r}); register the policy "
-                        "under another name.")
-    if name in _REGISTRY:
-        old_cls, old_preset = _REGISTRY[name]
-        same = (old_cls.__module__, old_cls.__qualname__) == (cls.__module__, cls.__qualname__)
-        if name in _BUILTIN or not same or old_preset != preset:
-            owner = "a built-in policy" if name in _BUILTIN else f"{old_cls.__module__}.{old_cls.__qualname__}"
-            raise AscpError(f"scheduler name {name!r} is taken (by {owner}); register the policy under "
-                            "another name.")
-    _REGISTRY[name] = (cls, preset)
+    SCHEDULERS.add(name, (cls, preset), owner=lambda old: f"{old[0].__module__}.{old[0].__qualname__}",
+                   same_as=lambda old: (old[0].__module__, old[0].__qualname__, old[1])
+                   == (cls.__module__, cls.__qualname__, preset))
     return cls
 
 
 def parse_scheduler(spec: str) -> tuple[str, dict[str, Any]]:
     """`name` or `name(key=value,...)` -> (registered name, options); raises AscpError when malformed."""
-    name, pairs = parse_name(spec, "scheduler", "ascp or ascp(feedback=uniform,kappa=1)")
-    name = ALIASES.get(name, name)
-    load_plugins()
-    if name not in _REGISTRY:
-        raise AscpError(f"unknown scheduler {name!r}; choose one of {', '.join(_REGISTRY)}.")
-    return name, {key: parse_value(val) for key, val in pairs}
+    return SCHEDULERS.parse(spec)
 
 
 def check_scheduler(spec: str) -> str:
     """Validate a policy spec (name and options) without a pool; returns its canonical name."""
     base, parsed = parse_scheduler(spec)
-    cls, _ = _REGISTRY[base]
+    cls, _ = SCHEDULERS.get(base)
     validate(f"scheduler {base!r}", cls.params, parsed)
     return canonical_name(base, parsed)
 
 
 def scheduler_params(name: str) -> tuple[Param, ...]:
     """The declared parameters of a registered policy (its preset values as defaults)."""
-    name = ALIASES.get(name, name)
-    load_plugins()
-    if name not in _REGISTRY:
-        raise AscpError(f"unknown scheduler {name!r}; choose one of {', '.join(_REGISTRY)}.")
-    cls, preset = _REGISTRY[name]
+    cls, preset = SCHEDULERS.get(name)
     return tuple(replace(p, default=preset.get(p.name, p.default)) for p in cls.params)
 
 
@@ -161,7 +141,7 @@ def make_scheduler(name: str, view: PoolView, k: int, T: int, rng: np.random.Gen
     base, parsed = parse_scheduler(name)
     if k < 1 or T < 1:
         raise AscpError(f"scheduler {name!r} needs k >= 1 and T >= 1, got k={k}, T={T}.")
-    cls, preset = _REGISTRY[base]
+    cls, preset = SCHEDULERS.get(base)
     given = {**parsed, **options}
     embed_fn = given.pop("embed_fn", None)
     checked = validate(f"scheduler {base!r}", cls.params, given)
@@ -175,6 +155,7 @@ def make_scheduler(name: str, view: PoolView, k: int, T: int, rng: np.random.Gen
 
 __all__ = [
     "ALIASES",
+    "SCHEDULERS",
     "SCHEDULER_NAMES",
     "Facets",
     "PoolView",

@@ -37,21 +37,25 @@ from ascp.loop.consumers.base import Consumer, Consumption, answer_bearing, unif
 from ascp.loop.consumers.fit import FIT_FEATURES, Fit, fit_features, fit_logistic
 from ascp.loop.consumers.replay import Replay
 from ascp.loop.consumers.synthetic import Oracle, Toy
-from ascp.params import parse_name, parse_value, validate
+from ascp.params import parse_value, validate
+from ascp.plugins.registry import Registry
 
-CONSUMERS: dict[str, type[Toy] | type[Oracle] | type[Replay] | type[Fit]] = {
+_BUILTINS: dict[str, type[Toy] | type[Oracle] | type[Replay] | type[Fit]] = {
     "toy": Toy, "oracle": Oracle, "replay": Replay, "fit": Fit}
+CONSUMERS: Registry[type[Toy] | type[Oracle] | type[Replay] | type[Fit]] = Registry(
+    "consumer", "consumer", "toy(q=0.5)", tuple(_BUILTINS), lambda: _BUILTINS, plugins=False)
+"""The simulator's consumers by name (`ascp.plugins.registry`, the one registry mechanism); replay and fit
+take a folder, which may hold ',' and '=', so their specs are split here before the registry reads
+the rest."""
 
 
 def make_consumer(spec: str, seed: int = 0) -> Consumer:
     """`toy`, `toy(q=0.3)`, `oracle`, `replay(run=DIR)` (`replay(DIR)` also works) or `fit(run=DIR)` (`fit(DIR)`)."""
     name, _, rest = spec.strip().partition("(")
     name = name.strip()
-    if name not in CONSUMERS:
-        raise AscpError(f"unknown consumer {name!r}; choose one of {', '.join(CONSUMERS)} (e.g. toy(q=0.5)).")
+    cls = CONSUMERS.get(name)
     if rest and not rest.endswith(")"):
         raise AscpError(f"malformed consumer {spec!r}; write e.g. toy(q=0.5) or replay(run=runs/asqa).")
-    options: dict = {}
     if name == "replay" and rest:  # a folder may hold '=' or ',': take it whole unless written run=...
         inner = rest[:-1].strip()
         condition = ""
@@ -76,9 +80,7 @@ def make_consumer(spec: str, seed: int = 0) -> Consumer:
         if not checked.get("run"):
             raise AscpError("fit consumer: give the run folder, e.g. fit(run=runs/asqa-ascp).")
         return Fit(**checked)
-    for key, value in parse_name(spec.strip(), "consumer", "toy(q=0.5)")[1]:
-        options[key] = parse_value(value)
-    cls = CONSUMERS[name]
+    options = CONSUMERS.parse(spec.strip())[1]
     checked = validate(f"consumer {name!r}", cls.params, options)
     if name == "toy":
         checked.setdefault("seed", seed)
