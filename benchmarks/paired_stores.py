@@ -47,7 +47,7 @@ def by_key(units: Sequence[dict[str, Any]], estimator: str | None) -> dict[tuple
 
 def main(argv: Sequence[str] | None = None) -> int:
     from ascp.errors import AscpError
-    from ascp.results.reader import read_units
+    from ascp.records.reader import read_units
 
     args = parse_args(argv)
     try:

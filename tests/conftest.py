@@ -272,7 +272,7 @@ def unit_records(directory: Path) -> list[dict]:
 
 def units_by_key(directory: Path) -> dict:
     """An experiment store's unit records (timing fields dropped) by unit key; a unit written twice fails."""
-    from ascp.results.records import UnitKey
+    from ascp.records.format import UnitKey
 
     out: dict = {}
     for rec in unit_records(directory):

@@ -1,4 +1,4 @@
-"""The run folder reads what it writes (`ascp.results.reader.read_run`), and a missing or damaged
+"""The run folder reads what it writes (`ascp.records.reader.read_run`), and a missing or damaged
 file is one sentence naming the file (and line)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from ascp.errors import AscpError
 from ascp.loop.runfolder import RUN_FILES, write_run
 from ascp.reading import Reading
-from ascp.results.reader import read_records, read_run, read_summary
+from ascp.records.reader import read_records, read_run, read_summary
 from ascp.types import Portfolio, Round
 
 

@@ -18,8 +18,8 @@ from conftest import run_ascp
 import ascp
 from ascp.loop.consumers import Toy
 from ascp.loop.simulate import compare, pool_views, simulate_portfolios, write_simulation
+from ascp.records import read_results
 from ascp.render.pages import attribution_page, run_page
-from ascp.results import read_results
 from ascp.types import AnswerUnit, Case, Passage
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

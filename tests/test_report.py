@@ -221,7 +221,7 @@ def test_claims_read_the_cells_of_a_run_probed_with_another_estimator(tmp_path):
 @pytest.mark.skipif(not (ASQA_ROOT / "asqa" / "asqa_wikidpr_pools.json").is_file(),
                     reason="the shared ASQA pools (../shared/data/asqa) are absent")
 def test_reproduce_probes_every_cell_with_the_estimator_given():
-    from ascp.report.reproduce import preset_spec
+    from ascp.reproduce import preset_spec
 
     spec = preset_spec("cpu-small", ASQA_ROOT, limit=2, estimator="gated")
     assert {cond.estimator for cond in spec.conditions} == {"gated"} and len(spec.conditions) == 10
@@ -323,7 +323,7 @@ def test_reproduce_errors_are_one_sentence(tmp_path):
 @pytest.mark.skipif(not (ASQA_ROOT / "asqa" / "asqa_wikidpr_pools.json").is_file(),
                     reason="the shared ASQA pools (../shared/data/asqa) are absent")
 def test_cpu_small_preset_resolves_on_the_real_data():
-    from ascp.report.reproduce import PRESET_CLAIMS, preset_spec
+    from ascp.reproduce import PRESET_CLAIMS, preset_spec
 
     spec = preset_spec("cpu-small", ASQA_ROOT, limit=3)
     names = {cond.name for cond in spec.conditions}
@@ -370,7 +370,7 @@ def test_grid_table_names_the_probe_when_cells_differ(tmp_path):
 @pytest.mark.skipif(not (ASQA_ROOT / "asqa" / "asqa_wikidpr_pools.json").is_file(),
                     reason="the shared ASQA pools (../shared/data/asqa) are absent")
 def test_reproduce_takes_another_generator_and_backend(tmp_path):
-    from ascp.report.reproduce import preset_spec
+    from ascp.reproduce import preset_spec
 
     gguf = tmp_path / "Other-Model.Q4_K_M.gguf"
     gguf.write_bytes(b"GGUF")
@@ -389,7 +389,7 @@ def test_reproduce_takes_another_generator_and_backend(tmp_path):
 def test_reproduce_keeps_its_request_cache_in_the_run_store(tmp_path, monkeypatch, given, expected):
     import ascp.experiments.run as run_module
     from ascp.lm.request_cache import default_cache_path, resolve_cache_path
-    from ascp.report.reproduce import reproduce
+    from ascp.reproduce import reproduce
 
     seen = {}
 

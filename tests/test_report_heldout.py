@@ -17,7 +17,8 @@ from ascp.errors import AscpError
 from ascp.experiments import Condition, make_plan
 from ascp.experiments.spec import parse_spec
 from ascp.report import write_report
-from ascp.report.reproduce import (
+from ascp.report.tables import comparison_verdict
+from ascp.reproduce import (
     DECODER,
     TABLE10,
     Development,
@@ -28,7 +29,6 @@ from ascp.report.reproduce import (
     preset_report,
     write_splits,
 )
-from ascp.report.tables import comparison_verdict
 from ascp.stats import Estimate, detectable_effect
 
 
@@ -293,7 +293,7 @@ def test_report_command_with_the_preset_joins_the_frozen_store(tmp_path):
 @pytest.mark.slow
 def test_the_frame_runs_development_choice_and_frozen_test_on_the_tiny_model(tmp_path, tiny_model_dir):
     """Test positions 0-3, development 4-7 of one file; the decoder is chosen on 4-7 and frozen on 0-3."""
-    from ascp.report.reproduce import run_frame
+    from ascp.reproduce import run_frame
 
     data = cases_file(tmp_path / "data", [6] * 8)
     spec = parse_spec({"name": "frame", "tasks": [{"name": "toy", "data": str(data), "format": "jsonl",

@@ -190,7 +190,7 @@ def append_line(path: str | Path, line: bytes) -> None:
     synced. A last line left torn by a writer that died is cut first (writers hold the lock for a
     whole line, so under the lock a torn tail is never one still being written); a write that fails
     (a full disk) is cut back, so the file always ends at its last whole line. Readers skip a torn
-    last line (`ascp.results.records.parse_units`, `ascp.fitprobe.readings`)."""
+    last line (`ascp.records.format.parse_units`, `ascp.fitprobe.readings`)."""
     import fcntl
 
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)

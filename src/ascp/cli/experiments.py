@@ -203,10 +203,10 @@ def report_command(
 ) -> None:
     """Write paper-layout tables (markdown, LaTeX), PNG figures and an HTML page for an experiment run."""
     from ascp.report import write_report
-    from ascp.report.reproduce import PRESET_CLAIMS, PRESETS
+    from ascp.reproduce import PRESET_CLAIMS, PRESETS
 
     with user_errors():
-        from ascp.results.reader import kind_of
+        from ascp.records.reader import kind_of
 
         if kind_of(directory) == "simulation":  # an `ascp simulate` folder: its comparison table
             from ascp.report.simulation import write_simulation_report
@@ -220,7 +220,7 @@ def report_command(
 
         used = resolve_used_threshold(used_threshold)  # read once; a bad value fails before the store is read
         if preset is not None:  # the preset's claims; a held-out preset's frozen steered store joins the frame
-            from ascp.report.reproduce import preset_report
+            from ascp.reproduce import preset_report
 
             report = preset_report(preset, directory, out_dir, n_boot=n_boot, seed=seed, used_threshold=used)
         else:
@@ -257,7 +257,7 @@ def reproduce_command(
     memory_per_worker: MemoryPerWorkerOpt = 0.0,
 ) -> None:
     """Run a packaged reduction of the paper's experiments, then report which of its signs reproduce."""
-    from ascp.report.reproduce import reproduce
+    from ascp.reproduce import reproduce
 
     with user_errors():
         bar, on_start, progress = _experiment_progress(f"{preset} ({executor})")

@@ -273,8 +273,8 @@ def calibrate_command(
     """Calibrate the width-invariant used threshold, fit tau_free(k) and the width elasticity (Sec. 4.4, Fig. 4)."""
     with user_errors():
         from ascp.jsonio import check_replaceable, staged_folder
+        from ascp.records import read_results
         from ascp.report.calibration import write_calibration
-        from ascp.results import read_results
         from ascp.validation.analysis import contexts
         from ascp.validation.calibration import calibrate, redundancy
 

@@ -346,8 +346,8 @@ def view_command(
     with user_errors():
         from ascp.data import load_cases
         from ascp.jsonio import atomic_writer
+        from ascp.records import read_results
         from ascp.render.pages import run_page
-        from ascp.results import read_results
 
         results = read_results(directory, kinds=("run", "simulation", "store"))
         if not results.units:

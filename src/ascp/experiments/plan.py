@@ -17,7 +17,7 @@ from typing import Any
 from ascp.errors import AscpError
 from ascp.experiments.condition import Condition
 from ascp.experiments.spec import ExperimentSpec, ModelSpec, Settings
-from ascp.results.records import UnitKey  # the key of a unit record, beside its format
+from ascp.records.format import UnitKey  # the key of a unit record, beside its format
 from ascp.types import Case
 
 

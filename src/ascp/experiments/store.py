@@ -12,8 +12,8 @@ one partial last line (no newline at its end), which the next append cuts off; r
 Keys already in the file are never written again, so a killed
 and restarted run ends with exactly the units of an uninterrupted one.
 
-The line format and its parser are `ascp.results.records`; readers (`read_plan`, `read_units`,
-`ascp.results.read_results`) live in `ascp.results`, which every stage may import.
+The line format and its parser are `ascp.records.format`; readers (`read_plan`, `read_units`,
+`ascp.records.read_results`) live in `ascp.records`, which every stage may import.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from typing import Any
 
 from ascp.errors import AscpError
 from ascp.jsonio import append_line, atomic_writer, check_parent, check_writable, disk_error, is_disk_error
-from ascp.results.reader import read_plan, read_units
-from ascp.results.records import PLAN, UNITS, UnitKey, parse_units
+from ascp.records.format import PLAN, UNITS, UnitKey, parse_units
+from ascp.records.reader import read_plan, read_units
 
 __all__ = ["LOCK", "PLAN", "SPEC", "UNITS", "RunStore", "check_out_location", "iter_rounds", "parse_units",
            "read_plan", "read_units", "writer_pid"]

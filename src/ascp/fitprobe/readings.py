@@ -12,7 +12,7 @@ digest, data, sampling seed and length limit) decides whether a reading can be r
 another identity in the file is refused in one sentence, never mixed in. Lines are appended whole
 by the one record log (`ascp.jsonio.append_line`, the experiment store's too); a last line cut
 by a crash is ignored (and cut off by the next append), and of two readings of the same context
-the first is kept (`ascp.results.records.keep_first`), except that a reading with knockout scores replaces one made
+the first is kept (`ascp.records.format.keep_first`), except that a reading with knockout scores replaces one made
 before they were read (`ascp fit-probe` adds them to such a file: a new pass, the exact loo kept).
 """
 
@@ -29,7 +29,7 @@ import numpy as np
 from ascp.attribution.attention_map import AttentionMap
 from ascp.errors import AscpError
 from ascp.jsonio import append_line, check_parent
-from ascp.results.records import keep_first
+from ascp.records.format import keep_first
 
 ContextKey = tuple[str, tuple[str, ...]]
 READINGS_FEATURE = "at2-response-rows-v1"

@@ -137,7 +137,7 @@ def export_run(run_dir: str | Path, out: str | Path, data: str | Path | None = N
     `rounds.jsonl` over the items of `data` (default: the ALCE file the run read, from its
     `summary.json`). A run of no ALCE file, or a missing data file: one sentence."""
     from ascp.data import detect_format, load_cases
-    from ascp.results.reader import read_run
+    from ascp.records.reader import read_run
 
     run = read_run(run_dir)
     path = Path(data if data is not None else str(run.config.get("data", "")))

@@ -1,7 +1,7 @@
 """Probe readings as TREC run files and qrels, for trec_eval, `ir_measures` and `ranx` (docs/trec.md).
 
 A *query* is one context the probe read; its *documents* are the passages of that context, ranked
-by the probe's score. The sources (folders read by `ascp.results.read_results`):
+by the probe's score. The sources (folders read by `ascp.records.read_results`):
 
 - `ascp validate-probe` folder (`scores.jsonl`): query `<case>|k<K>|<padding>|<protocol>`, one run
   file per estimator; qrels: the necessary passages 1, every other passage 0 (the necessity
@@ -30,7 +30,7 @@ from typing import Any
 
 from ascp.errors import AscpError
 from ascp.jsonio import check_parent, read_jsonl, staged_folder
-from ascp.results import Results, read_results
+from ascp.records import Results, read_results
 
 SCORES = ("score", "normalized")
 Ranking = list[tuple[str, float]]  # (docid, score) in context order
@@ -184,7 +184,7 @@ def from_attribute(path: Path, score: str = "score") -> TrecExport:
 
 
 def read_source(source: Path, data: Path | None = None, score: str = "score") -> tuple[str, TrecExport]:
-    """(kind, export) of a results folder (`ascp.results.read_results`: validate-probe, run,
+    """(kind, export) of a results folder (`ascp.records.read_results`: validate-probe, run,
     simulation or store) or an `ascp attribute` file."""
     if score not in SCORES:
         raise AscpError(f"--score must be one of {', '.join(SCORES)}, got {score!r}.")

@@ -2,7 +2,7 @@
 
 The three files are written into a temporary folder beside the output folder and moved into
 place only when all of them are complete, so a failed run leaves nothing half-written. The
-record format is `ascp.results.records`; the folder is read back by `ascp.results.read_results`
+record format is `ascp.records.format`; the folder is read back by `ascp.records.read_results`
 (with experiment stores and validate-probe folders), below the loop, so every stage may read it.
 """
 
@@ -17,7 +17,7 @@ import numpy as np
 
 from ascp.errors import AscpError
 from ascp.jsonio import check_parent, check_writable, staged_folder
-from ascp.results.records import RUN_FILES, round_records
+from ascp.records.format import RUN_FILES, round_records
 from ascp.types import Case, Portfolio
 
 

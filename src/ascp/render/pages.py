@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
+from ascp.records import Results
 from ascp.render.html import STYLE, attribution_body
-from ascp.results import Results
 from ascp.types import AttributionResult, Case, Round
 
 PAGE_STYLE = (
@@ -68,7 +68,7 @@ def run_page(results: Results, cases: Mapping[str, Case] | None, title: str) -> 
     """Per case and policy (or condition), round by round: the context with used passages marked,
     the response, the gold units the response recovered; the case's metrics; and a comparison on
     top. `results`: an `ascp run` folder, an `ascp simulate` output or an experiment store as
-    `ascp.results.read_results` gave it (`Results.groups`: one column per condition)."""
+    `ascp.records.read_results` gave it (`Results.groups`: one column per condition)."""
     from ascp.loop.runfolder import summarize
     from ascp.metrics.answers import recovered_per_response
 

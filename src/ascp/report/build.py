@@ -97,7 +97,7 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, n_boot: int
     reported as it stands, and the page says how many units it holds. `also`: more stores of the same tasks
     and models (other conditions) whose units join the frame.
     """
-    from ascp.results import read_results
+    from ascp.records import read_results
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():

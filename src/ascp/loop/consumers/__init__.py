@@ -10,7 +10,7 @@ A consumer reads one round's context and says which passages were used, as a pro
   gold unit by the PR@T rule).
 - `replay(RUN_DIR)`: the readings a real run's probe gave, looked up per case, round and passage
   in `RUN_DIR/rounds.jsonl` (or, for an `ascp simulate` output or an experiment store, the rounds
-  of one policy or condition: `replay(run=STORE,condition=NAME)`; read by `ascp.results`). A
+  of one policy or condition: `replay(run=STORE,condition=NAME)`; read by `ascp.records`). A
   passage the recorded run showed in that round keeps its recorded reading; a passage it did not
   show then takes its reading from the nearest round in which the recorded run showed it
   (earlier round on a tie); a passage the recorded run never showed for the case is not used

@@ -11,7 +11,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from ascp.errors import AscpError
-from ascp.results import Results, read_results
+from ascp.records import Results, read_results
 from ascp.schedulers.base import RoundFeedback
 from ascp.types import Case
 
@@ -59,7 +59,7 @@ def answer_bearing(case: Case) -> set[str]:
 
 def recorded_run(consumer: str, run: str) -> Results:
     """The results a consumer learns from (a run folder, a simulation or an experiment store), read
-    by `ascp.results.read_results`; anything else is one sentence naming the consumer."""
+    by `ascp.records.read_results`; anything else is one sentence naming the consumer."""
     try:
         return read_results(run, kinds=("run", "simulation", "store"))
     except AscpError as exc:

@@ -1,5 +1,5 @@
 """The portfolios to judge, from an `ascp run` folder, an `ascp simulate` output or an `ascp experiment
-run` store (read by `ascp.results.read_results`; passage texts from the case file its config or plan
+run` store (read by `ascp.records.read_results`; passage texts from the case file its config or plan
 names)."""
 
 from __future__ import annotations
@@ -88,9 +88,9 @@ def _case(cases: dict[str, Case], case_id: str, data: str) -> Case:
 
 def load_portfolios(directory: str | Path, limit: int | None = None) -> tuple[str, list[JudgedPortfolio]]:
     """(the folder's kind, its portfolios) of an `ascp run` folder, an `ascp simulate` output or an
-    experiment store (`ascp.results.read_results`), in the folder's order (the first `limit`); passage
+    experiment store (`ascp.records.read_results`), in the folder's order (the first `limit`); passage
     texts come from the data file the run's config or the store's plan names for each task."""
-    from ascp.results import read_results
+    from ascp.records import read_results
 
     if limit is not None and limit < 1:
         raise AscpError(f"--limit must be at least 1, got {limit}.")

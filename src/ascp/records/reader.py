@@ -9,7 +9,7 @@ Four kinds, recognised by their files:
 
 The folder is checked once, here: a folder that is none of them, incomplete or damaged is one
 `AscpError` sentence naming the file (and line). Round records come back as `Round` values, one
-`Unit` per (task, model, seed, case, condition), with the duplicate rule of `ascp.results.records`
+`Unit` per (task, model, seed, case, condition), with the duplicate rule of `ascp.records.format`
 applied alike to all kinds. For a run folder the unit's condition is its policy, its task empty.
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 
 from ascp.errors import AscpError
 from ascp.jsonio import read_jsonl
-from ascp.results.records import (
+from ascp.records.format import (
     COMPARISON,
     KEY_FIELDS,
     PLAN,

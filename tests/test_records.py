@@ -1,4 +1,4 @@
-"""`ascp.results.read_results`: one reader over a run folder, an experiment store and a validate-probe
+"""`ascp.records.read_results`: one reader over a run folder, an experiment store and a validate-probe
 folder, each written by its own command; one duplicate rule for all; a damaged or unknown folder is
 one sentence; `ascp view`, `ascp export` and `ascp report` through it."""
 
@@ -14,7 +14,7 @@ import yaml
 from conftest import invoke_cli
 
 from ascp.errors import AscpError
-from ascp.results import KINDS, read_results
+from ascp.records import KINDS, read_results
 from ascp.types import Portfolio, Round
 
 CASES = [
@@ -196,8 +196,8 @@ def test_a_command_given_the_wrong_kind_says_so_in_one_sentence(folders, tmp_pat
 def test_the_results_package_imports_nothing_above_it():
     """It sits below every stage that reads results (the loop's consumers included): its modules
     import only the root's value types and utilities, and each other."""
-    allowed = {"ascp.errors", "ascp.jsonio", "ascp.types", "ascp.results", "ascp.results.records",
-               "ascp.results.reader"}
+    allowed = {"ascp.errors", "ascp.jsonio", "ascp.types", "ascp.records", "ascp.records.format",
+               "ascp.records.reader"}
     folder = Path(__file__).resolve().parents[1] / "src" / "ascp" / "results"
     for path in folder.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

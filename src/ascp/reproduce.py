@@ -171,8 +171,8 @@ def choose_decoder(run_dir: Path, development: Development, n_boot: int = 10_000
     bootstrap SE of the paired per-query difference from the best. Returns what decoder.json records."""
     import numpy as np
 
+    from ascp.records.reader import read_units
     from ascp.report.frame import estimate_difference, paired, task_weighted_mean, unit_frame
-    from ascp.results.reader import read_units
 
     frame = unit_frame(read_units(run_dir))
     names = {a: development.condition(a) for a in development.candidates}
