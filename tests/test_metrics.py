@@ -431,3 +431,23 @@ def test_case_metrics_without_embeddings_and_errors() -> None:
         case_metrics(case, Portfolio("other", "rotate", portfolio.rounds))
     with pytest.raises(ValueError):
         case_metrics(case, portfolio, response_embeddings=[[1.0, 0.0]])
+
+
+def test_answer_rule_sensitivities():
+    """ALCE's STR-EM counts a plain substring (never below PR@T); a yes/no question gets no credit under the
+    strict rule when the portfolio says both words, and only yes/no questions are affected."""
+    from ascp.metrics.portfolio import strict_yes_no_recall, substring_recall, yes_no_answer
+
+    year = [AnswerUnit("u", ("1850",))]
+    assert portfolio_recall(year, ["in 18501"]) == 0.0 and substring_recall(year, ["in 18501"]) == 1.0
+    assert substring_recall([AnswerUnit("u", ("orange",))], ["an orangeflavoured drink"]) == 1.0
+    yes = [AnswerUnit("u", ("Yes",))]
+    assert yes_no_answer(yes) == "yes" and yes_no_answer(year) is None
+    assert yes_no_answer([AnswerUnit("u", ("yes", "no"))]) is None and yes_no_answer(yes + year) is None
+    assert strict_yes_no_recall(yes, ["Yes, it is.", "No."]) == 0.0  # both said: no credit
+    assert portfolio_recall(yes, ["Yes, it is.", "No."]) == 1.0  # the paper's rule gives full credit
+    assert strict_yes_no_recall(yes, ["Yes.", "It is."]) == 1.0
+    assert strict_yes_no_recall(yes, ["Nobody knows."]) == 0.0  # "nobody" is not the token "no"
+    assert strict_yes_no_recall(year, ["yes 1850", "no"]) == 1.0  # not a yes/no question
+    with pytest.raises(ValueError):
+        substring_recall([AnswerUnit("c", (), claim="a claim")], ["x"])

@@ -318,3 +318,59 @@ def test_the_frame_runs_development_choice_and_frozen_test_on_the_tiny_model(tmp
     assert [r.written for r in again] == [0, 0, 0]  # every step resumes: nothing redone
     report = preset_report("heldout-small", out, n_boot=200)
     assert "table10_ascp_k2_T2" in report.tables and "table11_ascp_k2_T2" in report.tables
+
+
+def test_table_11_under_other_answer_rules(tmp_path):
+    """The report rescores the same portfolios from the data file: without yes/no questions, with no credit
+    for a yes/no question whose portfolio says both words, and under ALCE's substring STR-EM. Three yes/no
+    questions (Ascp says "yes", vanilla says "yes" and "no") and three others (Ascp "1850", vanilla "18501")."""
+    data = tmp_path / "cases.jsonl"
+    lines = []
+    for i in range(6):
+        answer = "yes" if i < 3 else "1850"
+        pool = [{"id": f"q{i}-d{j}", "text": f"passage {j} of q{i}"} for j in range(4)]
+        lines.append(json.dumps({"id": f"q{i}", "question": f"question {i}?", "pool": pool, "answers": [[answer]]}))
+    data.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    said = {"ascp": {True: ["Yes.", "It is so."], False: ["Born in 1850.", "A town."]},
+            "vanilla": {True: ["Yes, it is.", "No."], False: ["In 18501.", "A town."]}}
+    records = []
+    for cond in ("ascp(k=2,T=2)", "vanilla(k=2,T=2)"):
+        policy = cond.split("(")[0]
+        for i in range(6):
+            yes_no = i < 3
+            rec = unit(Condition.parse(cond), f"q{i}", 0, 1.0 if policy == "ascp" or yes_no else 0.0, task="toy")
+            for rnd, text in zip(rec["rounds"], said[policy][yes_no], strict=True):
+                rnd["response"] = text
+            records.append(rec)
+    out = write_store(tmp_path / "run", records)
+    plan = json.loads((out / "plan.json").read_text(encoding="utf-8"))
+    plan["tasks"][0].update(data=str(data), format="jsonl")
+    (out / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
+    report = write_report(out, n_boot=200)
+    tables = json.loads((report.out / "tables" / "tables.json").read_text(encoding="utf-8"))
+    rows = {(r["scope"], r["reading"]): r for r in tables["table11_ascp_k2_T2_answer_rules"]["data"]}
+    expected = {"PR@T (the paper's rule)": (0.5, 6), "without yes/no questions": (1.0, 3),
+                "yes/no: no credit when both are said": (1.0, 6), "ALCE STR-EM (substring)": (0.0, 6)}
+    for scope in ("all tasks (equal weights)", "toy"):
+        for reading, (delta, n) in expected.items():
+            row = rows[(scope, reading)]
+            assert row["delta_pr_mean"] == pytest.approx(delta) and row["queries"] == n, (scope, reading)
+    md = (report.out / "tables" / "table11_ascp_k2_T2_answer_rules.md").read_text(encoding="utf-8")
+    assert "ALCE's STR-EM" in md and "| toy | without yes/no questions | vanilla RAG |" in md
+
+
+def test_table_11_adjusts_the_papers_rows_as_its_family_and_the_others_apart(tmp_path):
+    from ascp.stats import bh_fdr
+
+    table11 = {"ascp(k=5,T=5)": 0.10, "ascp-exposure(k=5,T=5)": 0.02, "vanilla(k=5,T=5)": 0.0,
+               "mmr(k=5,T=5)": 0.08, "rotate(k=5,T=5)": 0.11}
+    report = write_report(write_store(tmp_path / "run", frame_records(table11, n=12)), n_boot=400)
+    data = json.loads((report.out / "tables" / "tables.json").read_text(encoding="utf-8"))
+    t11 = {r["label"]: r for r in data["table11_ascp_k5_T5"]["data"]}
+    paper_rows = ["vanilla RAG", "MMR", "deep rotation"]
+    q = bh_fdr([t11[label]["delta_pr_p"] for label in paper_rows])
+    for label, expected in zip(paper_rows, q, strict=True):
+        assert t11[label]["q"] == pytest.approx(expected)
+    assert t11["ascp-exposure"]["q"] == pytest.approx(t11["ascp-exposure"]["delta_pr_p"])  # a family of one
+    caption = data["table11_ascp_k5_T5"]["caption"]
+    assert "3 of the 8 of its family" in caption and "(ascp-exposure) are a family of their own" in caption

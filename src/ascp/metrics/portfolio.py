@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from ascp.metrics.answers import Matcher, recovered_per_response
+from ascp.metrics.answers import Matcher, normalize_answer, recovered_per_response
 from ascp.metrics.diversity import distinct_n, lexical_groundedness, self_bleu, semantic_diversity
 from ascp.reading import USED_THRESHOLD, check_used_threshold, raw_used
 from ascp.types import AnswerUnit, Case, Passage, Portfolio, Round
@@ -31,6 +31,45 @@ def portfolio_recall(units: Sequence[AnswerUnit], responses: Sequence[str], matc
     sharing an id count twice."""
     per = recovered_per_response(units, responses, matcher)
     return len(set().union(*per)) / len(units)
+
+
+def substring_recall(units: Sequence[AnswerUnit], responses: Sequence[str]) -> float:
+    """PR@T under ALCE's STR-EM rule (`exact_presence` of ALCE's eval.py): a unit counts when some
+    alias, after `normalize_answer`, is a plain character substring of a normalised response, token
+    boundaries ignored ("6" inside "2016"), so it is never below `portfolio_recall`. A sensitivity
+    reading of the same portfolios; units without aliases (claims) are refused."""
+    units = list(units)
+    if not units:
+        raise ValueError("no gold answer units: recall is undefined")
+    if any(not u.aliases for u in units):
+        raise ValueError("substring recall needs aliases on every unit; claim units are decided by NLI")
+    texts = [normalize_answer(r) for r in responses]
+    hit = [any(normalize_answer(a) and normalize_answer(a) in t for a in u.aliases for t in texts) for u in units]
+    return sum(hit) / len(units)
+
+
+YES_NO = ("yes", "no")
+
+
+def yes_no_answer(units: Sequence[AnswerUnit]) -> str | None:
+    """"yes" or "no" when the question's gold answer is exactly one unit whose aliases all normalise
+    to that word (HotpotQA's comparison questions), else None."""
+    if len(units) != 1 or not units[0].aliases:
+        return None
+    words = {normalize_answer(a) for a in units[0].aliases}
+    return words.pop() if len(words) == 1 and words <= set(YES_NO) else None
+
+
+def strict_yes_no_recall(units: Sequence[AnswerUnit], responses: Sequence[str],
+                         matcher: Matcher | None = None) -> float:
+    """PR@T with one more rule for a yes/no question (`yes_no_answer`): no credit when the portfolio asserts
+    both answers (the words "yes" and "no" each appear, as normalised tokens, in some response), since a
+    portfolio that says both has not answered. Every other question: `portfolio_recall`."""
+    if yes_no_answer(units) is not None and responses:
+        words = [AnswerUnit(word, (word,)) for word in YES_NO]
+        if set().union(*recovered_per_response(words, responses, None)) == {0, 1}:  # both said somewhere
+            return 0.0
+    return portfolio_recall(units, responses, matcher)
 
 
 def evidence_ceiling(units: Sequence[AnswerUnit], passages: Iterable[Passage], matcher: Matcher | None = None) -> float:

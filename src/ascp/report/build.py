@@ -62,16 +62,18 @@ def shown_path(path: str | Path) -> str:
     return os.path.relpath(Path(path).resolve(), Path.cwd())
 
 
-def fill_ceilings(records: list[dict], plan: dict) -> int:
-    """Add the evidence ceiling to records written before it was recorded, from each task's data
-    file when it is readable (the ceiling needs the gold units and passage texts). Returns how
-    many records still lack it."""
+def fill_from_data(records: list[dict], plan: dict) -> int:
+    """Add to each record what needs its task's data file (the gold units and passage texts), when the
+    file is readable and every unit of the case has aliases: the evidence ceiling of records written
+    before it was recorded, and the answer-rule readings of the same portfolio, `pr_strict_yes_no`
+    (no credit for a yes/no question whose portfolio says both), `pr_substring` (ALCE's STR-EM) and
+    `yes_no` (whether the question's gold answer is yes or no). Returns how many records still lack
+    the ceiling."""
     from ascp.data import load_cases
-    from ascp.metrics.portfolio import evidence_ceiling
+    from ascp.metrics.portfolio import evidence_ceiling, strict_yes_no_recall, substring_recall, yes_no_answer
 
-    missing = [r for r in records if "ceiling" not in r]
-    for task in plan["tasks"] if missing else []:
-        todo = [r for r in missing if r["task"] == task["name"] and "ceiling" not in r]
+    for task in plan["tasks"]:
+        todo = [r for r in records if r["task"] == task["name"]]
         if not todo or not Path(task["data"]).is_file():
             continue
         cases = {c.id: c for c in load_cases(task["data"], format=task.get("format", "auto"), rank_by="given")}
@@ -79,8 +81,13 @@ def fill_ceilings(records: list[dict], plan: dict) -> int:
             case = cases.get(rec["case_id"])
             if case is None or not case.units or not all(u.aliases for u in case.units):
                 continue
-            offered = dict.fromkeys(pid for r in rec.get("rounds", []) for pid in r["context"])
-            rec["ceiling"] = evidence_ceiling(case.units, [case.passage(pid) for pid in offered])
+            responses = [r["response"] for r in rec.get("rounds", [])]
+            rec["pr_strict_yes_no"] = strict_yes_no_recall(case.units, responses)
+            rec["pr_substring"] = substring_recall(case.units, responses)
+            rec["yes_no"] = yes_no_answer(case.units) is not None
+            if "ceiling" not in rec:
+                offered = dict.fromkeys(pid for r in rec.get("rounds", []) for pid in r["context"])
+                rec["ceiling"] = evidence_ceiling(case.units, [case.passage(pid) for pid in offered])
     return sum("ceiling" not in r for r in records)
 
 
@@ -119,7 +126,7 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, n_boot: int
     check_parent(out)
 
     tau, tau_source = resolve_used_threshold(used_threshold)  # as given: already resolved at the command line
-    lacking = fill_ceilings(records, plan)
+    lacking = fill_from_data(records, plan)
     frame = unit_frame(records, tau)
     rng = np.random.default_rng(seed)
     tables = build_tables(frame, rng, n_boot, claims)

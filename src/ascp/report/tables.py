@@ -318,9 +318,18 @@ def comparison_tables(frame, rng: np.random.Generator, n_boot: int) -> list[Tabl
             continue
         ests = {m: [estimate_difference(paired(frame, ref, b, m), rng, n_boot) for b, _ in baselines]
                 for m in ("pr", "ecr_thresholded", "groundedness")}
-        q = _q_values([e.p if e else math.nan for e in ests["pr"]])
-        ref_pr = task_weighted_mean(frame, ref, "pr")
+        # BH within families: the paper's rows (its family: the PR@T contrasts of its table), and the
+        # rows the paper does not have, adjusted apart so they neither dilute nor borrow its correction
         number = "10" if steered else "11"
+        theirs = [label in PAPER_COMPARISONS[number] for _, label in baselines]
+        ps = [e.p if e else math.nan for e in ests["pr"]]
+        q = [math.nan] * len(baselines)
+        for family in (True, False):
+            members = [i for i, own in enumerate(theirs) if own == family]
+            for i, value in zip(members, _q_values([ps[i] for i in members]), strict=True):
+                q[i] = value
+        extra_rows = [label for (_, label), own in zip(baselines, theirs, strict=True) if not own]
+        ref_pr = task_weighted_mean(frame, ref, "pr")
         queries = int(frame.loc[frame["condition"] == ref, ["task", "query"]].drop_duplicates().shape[0])
         n_tasks = int(frame.loc[frame["condition"] == ref, "task"].nunique())
         full = FRAME_QUERIES * n_tasks
@@ -348,7 +357,11 @@ def comparison_tables(frame, rng: np.random.Generator, n_boot: int) -> list[Tabl
             f"Table {number}: Ascp vs baselines at k={rrow['k']}, T={rrow['T']} ({what})",
             f"Reference: {ref}. Differences Ascp minus baseline, paired within task, model, seed and query; "
             "bootstrap by query (crossed seeds x queries, equal task weights, when the run has several). "
-            f"BH q over the PR@T contrasts of this table; markers use q. Paper: Table {number}'s ΔPR@T and BH q "
+            f"BH q over the paper's PR@T contrasts present here ({sum(theirs)} of the "
+            f"{len(PAPER_COMPARISONS[number])} of its family)"
+            + (f"; the rows the paper does not have ({', '.join(extra_rows)}) are a family of their own, adjusted "
+               "apart" if extra_rows else "")
+            + f"; markers use q. Paper: Table {number}'s ΔPR@T and BH q "
             "(Llama/Qwen/Mistral 7-8B, four tasks; '<.001' printed for q < .001); verdict: a paper effect is "
             "reproduced when this row has its sign with q < .05, a paper null is consistent when q >= .05. "
             "Power: MDE80 = (z_0.975 + z_0.80) x SE = 2.80 x SE, the smallest true ΔPR a two-sided test at 0.05 "
@@ -358,10 +371,65 @@ def comparison_tables(frame, rng: np.random.Generator, n_boot: int) -> list[Tabl
             f"{ecr_note(frame)}",
             ["baseline", "baseline PR", "Ascp PR", "ΔPR", "95% CI", "BH q", "paper ΔPR", "verdict", "MDE80",
              "MDE80 frame", "ΔECR", "Δground", "n"], rows, data))
+        # their own generators, so adding these tables leaves every other interval of the report as it was
+        task_rng = rng.spawn(1)[0]
         if n_tasks > 1:
-            # its own generator, so adding this table leaves every other interval of the report as it was
-            tables.append(_by_task_table(frame, ref, rrow, baselines, number, rng.spawn(1)[0], n_boot))
+            tables.append(_by_task_table(frame, ref, rrow, baselines, number, task_rng, n_boot))
+        rules = _answer_rule_table(frame, ref, rrow, baselines, number, task_rng.spawn(1)[0], n_boot)
+        if rules is not None:
+            tables.append(rules)
     return tables
+
+
+ANSWER_READINGS = (  # (label, metric, restricted to questions whose gold answer is not yes/no)
+    ("PR@T (the paper's rule)", "pr", False),
+    ("without yes/no questions", "pr", True),
+    ("yes/no: no credit when both are said", "pr_strict_yes_no", False),
+    ("ALCE STR-EM (substring)", "pr_substring", False),
+)
+
+
+def _answer_rule_table(frame, ref: str, rrow, baselines: list[tuple[str, str]], number: str,
+                       rng: np.random.Generator, n_boot: int) -> Table | None:
+    """Table 10/11's ΔPR@T under other answer rules, pooled and per task: without the questions whose gold
+    answer is yes or no (any portfolio that says both words gets full recall on them), with no credit for
+    a yes/no question whose portfolio says both, and under ALCE's substring STR-EM. None when the data
+    files were not readable (the readings need the gold answers)."""
+    if "pr_substring" not in frame.columns:
+        return None
+    yes_no = frame["yes_no"].eq(True)
+    scopes = [("all tasks (equal weights)", frame.index == frame.index)]
+    scopes += [(task, frame["task"] == task) for task in sorted(frame["task"].unique())]
+    rows, data = [], []
+    for scope, inside in scopes:
+        has_yes_no = bool((inside & yes_no).any())
+        for label_row, metric, drop_yes_no in ANSWER_READINGS:
+            if (drop_yes_no or metric == "pr_strict_yes_no") and not has_yes_no:
+                continue  # the same numbers as the first reading
+            part = frame[inside & ~yes_no] if drop_yes_no else frame[inside]
+            for base, label in baselines:
+                pairs = paired(part, ref, base, metric)
+                est = estimate_difference(pairs, rng, n_boot)
+                queries = int(pairs[["task", "query"]].drop_duplicates().shape[0])
+                base_pr, ref_pr = task_weighted_mean(part, base, metric), task_weighted_mean(part, ref, metric)
+                rows.append([scope, label_row, label, num(base_pr), num(ref_pr),
+                             signed(est.mean if est else math.nan) + marker(est.p if est else math.nan),
+                             estimate_interval(est), pvalue(est.p if est else math.nan), str(queries)])
+                data.append({"scope": scope, "reading": label_row, "metric": metric, "without_yes_no": drop_yes_no,
+                             "baseline": base, "label": label, "reference": ref, "baseline_pr": base_pr,
+                             "ascp_pr": ref_pr, "queries": queries, **_est_dict("delta_pr", est)})
+    return Table(
+        f"table{number}_ascp_k{rrow['k']}_T{rrow['T']}_answer_rules",
+        f"Table {number} under other answer rules: Ascp vs baselines at k={rrow['k']}, T={rrow['T']}",
+        f"Reference: {ref}. The same portfolios scored three more ways beside the paper's rule (an alias "
+        "counts when it is a contiguous run of normalised tokens of a response): without the questions whose "
+        "gold answer is yes or no (a portfolio that says both words anywhere gets full recall on them); with "
+        "no credit for a yes/no question whose portfolio says both words; and ALCE's STR-EM, where an alias "
+        "counts as a plain substring of a normalised response ('6' inside '2016'). Pooled rows weigh tasks "
+        "equally (crossed bootstrap by query, and by seed when there are several); p is unadjusted (markers use "
+        "it): these rows show how much the answer rule moves each contrast, the main table's BH q is the test. "
+        "Rows of the yes/no readings appear where the scope has yes/no questions.",
+        ["scope", "reading", "baseline", "baseline PR", "Ascp PR", "ΔPR", "95% CI", "p", "n"], rows, data)
 
 
 def _by_task_table(frame, ref: str, rrow, baselines: list[tuple[str, str]], number: str,
