@@ -144,6 +144,9 @@ class Probe:
         (`needs_seed`, ContextCite's masks) draws a stream of its own per request, seeded from `seed`
         and the request id, unless its options give a seed (`ProbeSettings.estimator_for`).
     threshold: the used threshold on normalised scores (None: tau(k) = 0.555 k^-0.633).
+    spans: "sentences" adds a reading per response sentence (`AttributionResult.spans`), read from the
+        passes the estimator already ran (estimators that keep per-token log-probabilities: `loo`,
+        `replace`); None: the whole response only.
     instruction: `commit` or `integrate`; template: your own prompt instead (a format string with
         `{passages}` then `{question}`, see `PromptTemplate.from_format`, or a `PromptTemplate`);
     system: a system message; sampling: how missing responses are generated.
@@ -152,7 +155,8 @@ class Probe:
     def __init__(self, model: LanguageModel | None, estimator: str | ProbeSettings = DEFAULT_ESTIMATOR, *,
                  seed: int = 0, threshold: float | None = None, instruction: str = "commit",
                  sampling: SamplingConfig | None = None, batch_size: int = 8,
-                 template: PromptTemplate | str | None = None, system: str = "", **estimator_options: Any) -> None:
+                 template: PromptTemplate | str | None = None, system: str = "", spans: str | None = None,
+                 **estimator_options: Any) -> None:
         from ascp.attribution.probe import ProbeConfig, probe_settings
         from ascp.lm.sampling import SamplingConfig
 
@@ -161,7 +165,7 @@ class Probe:
         _prompt_options(instruction, template, system)
         if sampling is not None and not isinstance(sampling, SamplingConfig):
             raise AscpError(f"sampling must be an ascp.SamplingConfig or None, got {type(sampling).__name__}.")
-        settings = probe_settings(estimator, threshold, estimator_options)
+        settings = probe_settings(estimator, threshold, estimator_options, spans)
         self.estimator = settings.build(seed)  # the estimator as named and configured (its name, its facts)
         self.model = model
         self.config = ProbeConfig(template=prompt_template(instruction, template, system),
@@ -223,13 +227,13 @@ def _as_request(index: int, request: AttributionRequest | Mapping[str, Any]) -> 
 def attribute(question: str, passages: Iterable[PassageLike], response: str | None = None, *,
               model: LanguageModel | None = None,
               estimator: str | ProbeSettings = DEFAULT_ESTIMATOR, seed: int = 0, threshold: float | None = None,
-              **options: Any) -> AttributionResult:
+              spans: str | None = None, **options: Any) -> AttributionResult:
     """Score how much `response` (None: a response the model generates) relied on each passage.
 
-    One call of `Probe(model, estimator, seed=seed, threshold=threshold, **options).attribute`;
+    One call of `Probe(model, estimator, seed=seed, threshold=threshold, spans=spans, **options).attribute`;
     `model=None` uses the embedded default, loaded once per process (after the inputs are checked).
     """
-    probe = Probe(None, estimator, seed=seed, threshold=threshold, **options)
+    probe = Probe(None, estimator, seed=seed, threshold=threshold, spans=spans, **options)
     request = _as_request(0, {"id": "request", "question": question, "passages": list(as_passages(passages)),
                               "response": response})
     probe.model = model if model is not None else default_model()

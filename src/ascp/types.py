@@ -92,6 +92,27 @@ class TokenLogprobs:
 
 
 @dataclass(frozen=True)
+class SpanReading:
+    """The probe's reading of one part of the response: characters [start, end) of the response, its
+    `tokens` response tokens, and the reading over them (scores in nats per token for `loo`)."""
+
+    start: int
+    end: int
+    text: str
+    tokens: int
+    reading: Reading
+
+    def to_json(self) -> dict[str, Any]:
+        return {"start": self.start, "end": self.end, "text": self.text, "tokens": self.tokens,
+                "scores": self.reading.scores, "normalized": self.reading.normalized, "used": list(self.reading.used)}
+
+    @classmethod
+    def from_json(cls, record: Mapping[str, Any], threshold: float | None) -> SpanReading:
+        reading = _reading_of({**record, "threshold": threshold})
+        return cls(int(record["start"]), int(record["end"]), str(record["text"]), int(record["tokens"]), reading)
+
+
+@dataclass(frozen=True)
 class AttributionResult(_ReadingView):
     """One estimator's reading of one request (`reading`: scores in the context order of the request,
     normalised scores, the passages used and the threshold they were read at).
@@ -114,6 +135,8 @@ class AttributionResult(_ReadingView):
     extra: dict[str, object] = field(default_factory=dict)
     token_logprobs: TokenLogprobs | None = field(default=None, compare=False, repr=False)
     unit: str = "score"
+    tokens_processed: int = 0  # tokens the estimator fed the model (the same with and without spans)
+    spans: tuple[SpanReading, ...] = ()  # per sentence (`spans="sentences"`), in response order
 
     def to_json(self) -> dict[str, object]:
         """The record written by `ascp attribute` (one JSONL line)."""
@@ -129,7 +152,9 @@ class AttributionResult(_ReadingView):
             "prompt": self.prompt,
             "passage_spans": {k: list(v) for k, v in self.passage_spans.items()},
             "seconds": round(self.seconds, 4),
+            "tokens_processed": self.tokens_processed,
             "unit": self.unit,
+            **({"spans": [span.to_json() for span in self.spans]} if self.spans else {}),
             **self.extra,
         }
 
@@ -137,12 +162,16 @@ class AttributionResult(_ReadingView):
     def from_json(cls, record: Mapping[str, Any]) -> AttributionResult:
         known = ({f.name for f in fields(cls)} - {"extra", "reading", "token_logprobs"}
                  | {"scores", "normalized", "used", "threshold"})
+        threshold = record.get("threshold")
         return cls(
             id=str(record["id"]), estimator=str(record["estimator"]), response=str(record["response"]),
             response_tokens=int(record["response_tokens"]), reading=_reading_of(record), prompt=str(record["prompt"]),
             passage_spans={k: (int(v[0]), int(v[1])) for k, v in record["passage_spans"].items()},
             seconds=float(record["seconds"]),
             unit=str(record.get("unit", "score")),
+            tokens_processed=int(record.get("tokens_processed", 0)),
+            spans=tuple(SpanReading.from_json(span, None if threshold is None else float(threshold))
+                        for span in record.get("spans", ())),
             extra={k: v for k, v in record.items() if k not in known},
         )
 
@@ -180,7 +209,7 @@ class AttributionResult(_ReadingView):
         reading = read_span(list(self.scores), self.token_logprobs.full, self.token_logprobs.ablated, tokens,
                             self.threshold)
         return replace(self, response=self.response[start:end], response_tokens=len(tokens), reading=reading,
-                       seconds=0.0, token_logprobs=None)
+                       seconds=0.0, token_logprobs=None, spans=())
 
     def _repr_html_(self) -> str:
         from ascp.render import attribution_html

@@ -135,6 +135,7 @@ class EstimatorFacts:
     reads_response: bool
     needs_seed: bool
     needs_embedder: bool
+    token_readings: bool
 
     @property
     def unit(self) -> str:
@@ -142,7 +143,8 @@ class EstimatorFacts:
         return "nats/token" if self.nats_per_token else "score"
 
 
-_FACTS = ("uses_model", "causal", "nats_per_token", "reads_response", "needs_seed", "needs_embedder")
+_FACTS = ("uses_model", "causal", "nats_per_token", "reads_response", "needs_seed", "needs_embedder",
+          "token_readings")
 
 
 def estimator_facts(name: str) -> EstimatorFacts:

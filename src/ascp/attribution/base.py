@@ -76,6 +76,9 @@ class Estimator(ABC):
     needs_seed: it draws random numbers and takes a `seed` option (a per-request seed is derived for it
         where a caller probes many requests).
     needs_embedder: it embeds text and takes an `embedder` option (`--embedder`).
+    token_readings: its scores return the per-token log-probabilities of the response under the full
+        prompt and under each passage's ablation (`Scores.full_logprobs`, `ablated_logprobs`), from
+        which any part of the response is read exactly (`spans="sentences"`, `for_span`).
     """
 
     name: str = ""
@@ -85,6 +88,7 @@ class Estimator(ABC):
     reads_response: bool = True
     needs_seed: bool = False
     needs_embedder: bool = False
+    token_readings: bool = False
     params: tuple[Param, ...] = ()  # its options, declared once (`ascp estimators` prints them)
 
     @abstractmethod

@@ -31,6 +31,7 @@ class LeaveOneOut(Estimator):
     name = "loo"
     causal = True
     nats_per_token = True
+    token_readings = True
     params: tuple[Param, ...] = (REUSE_PREFIX,)
 
     def __init__(self, reuse_prefix: bool = True) -> None:

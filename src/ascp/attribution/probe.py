@@ -24,8 +24,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ascp.attribution import DEFAULT_ESTIMATOR, ESTIMATORS, estimator_facts, estimator_params, facts_of, make_estimator
+from ascp.attribution import (
+    DEFAULT_ESTIMATOR,
+    ESTIMATORS,
+    estimator_facts,
+    estimator_names,
+    estimator_params,
+    facts_of,
+    make_estimator,
+)
 from ascp.attribution.base import Estimator, ProbeInput
+from ascp.attribution.spans import check_spans, sentence_spans, span_readings
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
 from ascp.lm.prompts import PromptTemplate
@@ -54,6 +63,7 @@ class ProbeSettings:
     estimator: str = DEFAULT_ESTIMATOR
     options: Mapping[str, Any] = field(default_factory=dict)
     threshold: float | None = None
+    spans: str | None = None  # "sentences": a reading per response sentence too (`ascp.attribution.spans`)
 
     def __post_init__(self) -> None:
         if not isinstance(self.estimator, str):
@@ -71,6 +81,10 @@ class ProbeSettings:
         options = validate(f"estimator {name!r}", estimator_params(name), {**written, **self.options})
         object.__setattr__(self, "estimator", name)
         object.__setattr__(self, "options", options)
+        if check_spans(self.spans) is not None and not estimator_facts(name).token_readings:
+            readers = [n for n in estimator_names() if estimator_facts(n).token_readings]
+            raise AscpError(f"estimator {name!r} keeps no per-token log-probabilities, so spans={self.spans!r} "
+                            f"cannot read the response's sentences; use {' or '.join(readers)}.")
         if self.threshold is not None:
             object.__setattr__(self, "threshold", float(self.threshold))
 
@@ -101,16 +115,17 @@ class ProbeSettings:
 
 
 def probe_settings(estimator: str | ProbeSettings | None = None, threshold: float | None = None,
-                   options: Mapping[str, Any] | None = None) -> ProbeSettings:
+                   options: Mapping[str, Any] | None = None, spans: str | None = None) -> ProbeSettings:
     """The probe's settings from what an edge received: an estimator name or spec (None: the default
-    estimator) with a threshold and options, or ready `ProbeSettings` (then with neither beside it)."""
+    estimator) with a threshold, options and spans, or ready `ProbeSettings` (then with none beside it)."""
     if isinstance(estimator, ProbeSettings):
-        if threshold is not None or options:
-            raise AscpError("give the threshold and the estimator options inside the ProbeSettings, not beside it.")
+        if threshold is not None or options or spans is not None:
+            raise AscpError("give the threshold, the spans and the estimator options inside the ProbeSettings, not "
+                            "beside it.")
         return estimator
     if estimator is None:
-        return ProbeSettings(options=dict(options or {}), threshold=threshold)
-    return ProbeSettings(estimator, dict(options or {}), threshold)
+        return ProbeSettings(options=dict(options or {}), threshold=threshold, spans=spans)
+    return ProbeSettings(estimator, dict(options or {}), threshold, spans)
 
 
 @dataclass(frozen=True)
@@ -214,6 +229,14 @@ def attribute_one(lm: LanguageModel, estimator: Estimator, request: AttributionR
     """Probe one prepared request and package the result."""
     probed = probe_response(lm, estimator, item, config.probe.threshold)
     reading = probed.reading
+    spans: tuple = ()
+    if config.probe.spans == "sentences":
+        if probed.token_logprobs is None:
+            raise AscpError(f"request {request.id!r}: model {getattr(lm, 'name', '?')!r} gives no character "
+                            "offsets of its response tokens, so the response's sentences cannot be read; use a "
+                            "transformers or llama.cpp model, or drop spans.")
+        spans = span_readings([p.id for p in item.passages], probed.token_logprobs, item.response_text,
+                              sentence_spans(item.response_text), reading.threshold, f"request {request.id!r}")
     return AttributionResult(
         id=request.id,
         estimator=estimator.name,
@@ -226,4 +249,6 @@ def attribute_one(lm: LanguageModel, estimator: Estimator, request: AttributionR
         token_logprobs=probed.token_logprobs,
         unit=facts_of(estimator).unit,
         extra=dict(probed.extra),
+        tokens_processed=probed.tokens_processed,
+        spans=spans,
     )

@@ -43,6 +43,7 @@ def run_attribution(
     max_new_tokens: int, temperature: float, top_p: float, threshold: float | None,
     instruction: str, device: str, show: bool, html_path: Path | None = None, template: str | None = None,
     system: str = "", backend: str = "auto", embedder: str | None = None, request_cache: str | None = None,
+    spans: str | None = None,
 ) -> None:
     from ascp.api import Probe, load_model
     from ascp.attribution.probe import probe_settings
@@ -52,10 +53,10 @@ def run_attribution(
 
     # Everything that can be checked without the model is checked first: the probe is built once,
     # its model loaded last.
-    settings = probe_settings(estimator_name, threshold)
+    settings = probe_settings(estimator_name, threshold, spans=spans)
     if embedder is not None:
         settings = probe_settings(settings.estimator, threshold,
-                                  {**settings.options, **proxy_embedder([settings.estimator], embedder)})
+                                  {**settings.options, **proxy_embedder([settings.estimator], embedder)}, spans)
     sampling = SamplingConfig(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
     probe = Probe(None, settings, seed=seed, instruction=instruction, sampling=sampling,
                   template=read_template(template), system=system)
@@ -126,12 +127,15 @@ def attribute(
     system: SystemOpt = "",
     embedder: ProxyEmbedderOpt = None,
     request_cache: RequestCacheOpt = None,
+    spans: Annotated[str | None, typer.Option("--spans", help="sentences: also a reading per response sentence "
+                                              "(each record's `spans`), from the passes the estimator already "
+                                              "ran (loo, replace).")] = None,
 ) -> None:
     """Score how much a fixed (or freshly generated) response relied on each passage."""
     with user_errors():
         run_attribution(input, estimator, model, seed, out_path, max_new_tokens, temperature, top_p,
                         threshold, instruction, device, show, html, template, system, backend, embedder,
-                        request_cache)
+                        request_cache, spans)
 
 
 

@@ -1,0 +1,86 @@
+"""Readings per response sentence, from the passes the probe already ran.
+
+Exact leave-one-out keeps the log-probability of every response token under the full prompt and
+under each passage's deletion (`TokenLogprobs`), so the reading of any part of the response is the
+mean over its tokens of `log p(token | full) - log p(token | without the passage)`, with no further
+pass. `sentence_spans` splits a response into sentences (sentencex: rules, no model, no download),
+`assign_tokens` gives each response token to the sentence its first character lies in (the spans
+partition the response's tokens, so the whole response's score is the token-weighted mean of its
+sentences' scores), and `span_readings` reads each span under the probe's threshold rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ascp.errors import AscpError
+from ascp.reading import read_span
+from ascp.types import SpanReading, TokenLogprobs
+
+SPAN_KINDS = ("sentences",)
+"""What `spans=` may name (None: the whole response only)."""
+
+
+def check_spans(spans: object) -> str | None:
+    """`spans` when it is None or a kind of `SPAN_KINDS`, else one sentence."""
+    if spans is not None and spans not in SPAN_KINDS:
+        raise AscpError(f"spans must be {' or '.join(SPAN_KINDS)} (or None for the whole response only), got "
+                        f"{spans!r}.")
+    return None if spans is None else str(spans)
+
+
+def sentence_spans(text: str, language: str = "en") -> list[tuple[int, int]]:
+    """Character spans [start, end) of the sentences of `text`, each without its trailing whitespace;
+    in order, covering every non-space character (a text with no sentence boundary is one sentence)."""
+    import sentencex
+
+    out = []
+    for bound in sentencex.get_sentence_boundaries(language, text):
+        start, end = int(bound["start_index"]), int(bound["end_index"])
+        stripped = len(text[start:end].rstrip())
+        if stripped:
+            out.append((start, start + stripped))
+    return out
+
+
+def assign_tokens(spans: Sequence[tuple[int, int]], token_spans: Sequence[tuple[int, int]]) -> list[list[int]]:
+    """For each span, the response tokens whose first character lies in it or in the whitespace after it
+    (before the next span starts): every token goes to exactly one span. A span that receives no token
+    (a sentence inside one token) is joined to the span before it, or, the first, to the next."""
+    if not spans:
+        return []
+    starts = [s for s, _ in spans]
+    groups: list[list[int]] = [[] for _ in spans]
+    for i, (a, _) in enumerate(token_spans):
+        j = max((k for k, s in enumerate(starts) if s <= a), default=0)
+        groups[j].append(i)
+    return groups
+
+
+def span_readings(ids: Sequence[str], logprobs: TokenLogprobs, text: str, spans: Sequence[tuple[int, int]],
+                  threshold: float | None, where: str = "the response") -> tuple[SpanReading, ...]:
+    """The reading of each span from the stored per-token log-probabilities, spans with no token of
+    their own merged into a neighbour (so the spans keep partitioning the tokens)."""
+    if not spans:
+        raise AscpError(f"{where} has no sentence (it is empty or all whitespace), so it has no span to read.")
+    groups = assign_tokens(spans, logprobs.spans)
+    merged: list[tuple[int, int, list[int]]] = []
+    pending: tuple[int, list[int]] | None = None  # a leading span with no token, joined to the next
+    for (start, end), tokens in zip(spans, groups, strict=True):
+        if pending is not None:
+            start, tokens, pending = pending[0], pending[1] + tokens, None
+        if not tokens:
+            if merged:
+                merged[-1] = (merged[-1][0], end, merged[-1][2])
+            else:
+                pending = (start, tokens)
+            continue
+        merged.append((start, end, tokens))
+    if not merged:
+        raise AscpError(f"{where}: no response token lies in any sentence, so no sentence can be read.")
+    return tuple(SpanReading(start, end, text[start:end], len(tokens),
+                             read_span(ids, logprobs.full, logprobs.ablated, tokens, threshold))
+                 for start, end, tokens in merged)
+
+
+__all__ = ["SPAN_KINDS", "SpanReading", "assign_tokens", "check_spans", "sentence_spans", "span_readings"]

@@ -1,0 +1,100 @@
+"""Readings per response sentence (`spans="sentences"`): from the passes the probe already ran, equal to
+a naive leave-one-out over each sentence's tokens, partitioning the response, in the records."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import ascp
+from ascp.attribution.spans import assign_tokens, sentence_spans
+from ascp.errors import AscpError
+from ascp.types import AttributionResult, Passage
+
+PASSAGES = [Passage("a", "Mary Shelley wrote the novel, published in 1818.", "Mary Shelley"),
+            Passage("b", "The quick brown fox jumps over the lazy dog."),
+            Passage("c", "The first edition of 1899 names the author.", "Edition")]
+QUESTION = "Who wrote the novel and when was it published?"
+RESPONSE = "The novel was written by Mary Shelley. It was published in 1818! The dog is lazy."
+
+
+def naive_sentence_loo(lm, passages, response: str, tokens: list[int]) -> np.ndarray:
+    """Leave-one-out over `tokens` of the response, each deletion's prompt encoded and scored from
+    scratch through the model seam (no ablation machinery, no prefix reuse)."""
+    ids = lm.encode(response)
+    full = lm.score([lm.encode_prompt(QUESTION, passages).ids], ids, reuse_prefix=False).logprobs[0]
+    out = []
+    for i in range(len(passages)):
+        without = [p for j, p in enumerate(passages) if j != i]
+        ablated = lm.score([lm.encode_prompt(QUESTION, without).ids], ids, reuse_prefix=False).logprobs[0]
+        out.append(float(np.mean(np.asarray(full)[tokens]) - np.mean(np.asarray(ablated)[tokens])))
+    return np.array(out)
+
+
+def test_sentences_split_the_response_in_order():
+    spans = sentence_spans(RESPONSE)
+    assert [RESPONSE[a:b] for a, b in spans] == ["The novel was written by Mary Shelley.", "It was published in 1818!",
+                                                 "The dog is lazy."]
+    assert sentence_spans("no boundary here") == [(0, 16)] and sentence_spans("   ") == []
+    # every token goes to the sentence its first character lies in (or the whitespace after it)
+    assert assign_tokens([(0, 5), (7, 12)], [(0, 2), (2, 5), (5, 7), (7, 9), (9, 12)]) == [[0, 1, 2], [3, 4]]
+
+
+@pytest.mark.parametrize("estimator", ["loo", "replace"])
+def test_sentence_readings_come_from_the_same_passes(tiny_lm, estimator):
+    whole = ascp.attribute(QUESTION, PASSAGES, RESPONSE, model=tiny_lm, estimator=estimator)
+    split = ascp.attribute(QUESTION, PASSAGES, RESPONSE, model=tiny_lm, estimator=estimator, spans="sentences")
+    assert split.scores == whole.scores and split.used == whole.used  # the whole reading is unchanged
+    assert split.tokens_processed == whole.tokens_processed > 0  # and no token more was fed
+    assert [s.text for s in split.spans] == [RESPONSE[a:b] for a, b in sentence_spans(RESPONSE)]
+    assert sum(s.tokens for s in split.spans) == split.response_tokens  # the spans partition the tokens
+    for pid, score in split.scores.items():  # so the whole score is the token-weighted mean of the sentences'
+        weighted = sum(s.tokens * s.reading.scores[pid] for s in split.spans) / split.response_tokens
+        assert weighted == pytest.approx(score, abs=1e-9)
+    for span in split.spans:
+        assert RESPONSE[span.start:span.end] == span.text
+        assert span.reading.threshold == split.threshold and set(span.reading.used) <= set(span.reading.scores)
+
+
+def test_sentence_loo_equals_a_naive_leave_one_out(tiny_lm):
+    result = ascp.attribute(QUESTION, PASSAGES, RESPONSE, model=tiny_lm, spans="sentences")
+    token_spans = tiny_lm.response_token_spans(RESPONSE)
+    groups = assign_tokens(sentence_spans(RESPONSE), token_spans)
+    for span, tokens in zip(result.spans, groups, strict=True):
+        expected = naive_sentence_loo(tiny_lm, PASSAGES, RESPONSE, tokens)
+        np.testing.assert_allclose([span.reading.scores[p.id] for p in PASSAGES], expected, atol=5e-3)
+
+
+def test_the_record_holds_the_spans_and_reads_back(tiny_lm, tmp_path, cli, tiny_model_dir):
+    result = ascp.attribute(QUESTION, PASSAGES, RESPONSE, model=tiny_lm, spans="sentences", threshold=0.3)
+    record = json.loads(json.dumps(result.to_json()))
+    assert [set(s) for s in record["spans"]] == [{"start", "end", "text", "tokens", "scores", "normalized", "used"}] * 3
+    again = AttributionResult.from_json(record)
+    assert again.spans == result.spans and again.tokens_processed == result.tokens_processed
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text(json.dumps({"id": "r1", "question": QUESTION, "response": RESPONSE,
+                                    "passages": [{"id": p.id, "title": p.title, "text": p.text} for p in PASSAGES]})
+                        + "\n")
+    out = tmp_path / "out.jsonl"
+    done = cli("attribute", "--input", requests, "--out", out, "--model", tiny_model_dir, "--backend", "hf",
+               "--spans", "sentences")
+    assert done.exit_code == 0, done.output
+    written = json.loads(out.read_text())
+    assert len(written["spans"]) == 3 and written["tokens_processed"] > 0
+
+
+def test_spans_bad_input_is_one_sentence(tiny_lm, tmp_path, cli):
+    with pytest.raises(AscpError, match="spans must be sentences"):
+        ascp.Probe(tiny_lm, "loo", spans="words")
+    with pytest.raises(AscpError, match="estimator 'bm25' keeps no per-token log-probabilities.*use loo or replace"):
+        ascp.Probe(tiny_lm, "bm25", spans="sentences")
+    with pytest.raises(AscpError, match="inside the ProbeSettings"):
+        ascp.Probe(tiny_lm, ascp.ProbeSettings("loo"), spans="sentences")
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text(json.dumps({"id": "r1", "question": QUESTION, "response": RESPONSE,
+                                    "passages": [{"id": "a", "text": "x y z"}]}) + "\n")
+    out = tmp_path / "out.jsonl"
+    done = cli("attribute", "--input", requests, "--out", out, "--estimator", "qd-cosine", "--spans", "sentences")
+    assert done.exit_code == 2 and "keeps no per-token log-probabilities" in done.output and not out.exists()
