@@ -98,3 +98,55 @@ def test_spans_bad_input_is_one_sentence(tiny_lm, tmp_path, cli):
     out = tmp_path / "out.jsonl"
     done = cli("attribute", "--input", requests, "--out", out, "--estimator", "qd-cosine", "--spans", "sentences")
     assert done.exit_code == 2 and "keeps no per-token log-probabilities" in done.output and not out.exists()
+
+
+def test_causal_citations_follow_each_sentences_reading(tiny_lm):
+    """Each sentence is followed by the passages its own reading used, strongest first; the markers read
+    back through check_citations as those passages; a sentence that used nothing is unsupported."""
+    from ascp.metrics.citations import check_citations
+
+    cited = ascp.cite(QUESTION, PASSAGES, RESPONSE, model=tiny_lm, threshold=0.3)
+    result = cited.attribution
+    ids = [p.id for p in PASSAGES]
+    rebuilt, cursor = "", 0
+    for sentence, span in zip(cited.sentences, result.spans, strict=True):
+        expected = sorted(span.reading.used, key=lambda pid: -span.reading.normalized[pid])
+        assert list(sentence.sources) == expected and sentence.supported == bool(expected)
+        rebuilt += RESPONSE[cursor:span.end] + "".join(f"[{ids.index(pid) + 1}]" for pid in expected)
+        cursor = span.end
+    assert cited.text == rebuilt + RESPONSE[cursor:]
+    assert cited.text.replace("[1]", "").replace("[2]", "").replace("[3]", "") == RESPONSE
+    union = {pid for s in cited.sentences for pid in s.sources}
+    assert set(check_citations(result, cited.text).cited) == union
+    by_id = ascp.cite(QUESTION, PASSAGES, RESPONSE, model=tiny_lm, threshold=0.3, markers="ids")
+    assert all(f"[{pid}]" in by_id.text for pid in union)
+    from dataclasses import replace
+
+    from ascp.metrics.citations import cite_response
+
+    quiet = tuple(replace(span, reading=replace(span.reading, used=())) for span in result.spans)
+    silent = replace(result, spans=quiet)
+    nothing = cite_response(silent)  # no sentence used a passage: no marker, every sentence unsupported
+    assert nothing.text == RESPONSE and len(nothing.unsupported) == 3
+    record = cited.to_json()
+    assert record["cited"] == cited.text and [s["supported"] for s in record["sentences"]] == [
+        s.supported for s in cited.sentences]
+
+
+def test_ascp_cite_writes_cited_responses(tmp_path, cli, tiny_model_dir):
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text(json.dumps({"id": "r1", "question": QUESTION, "response": RESPONSE,
+                                    "passages": [{"id": p.id, "title": p.title, "text": p.text} for p in PASSAGES]})
+                        + "\n")
+    out = tmp_path / "cited.jsonl"
+    done = cli("cite", "--input", requests, "--out", out, "--model", tiny_model_dir, "--backend", "hf",
+               "--threshold", "0.3")
+    assert done.exit_code == 0, done.output
+    record = json.loads(out.read_text())
+    assert record["id"] == "r1" and len(record["sentences"]) == 3 and record["threshold"] == 0.3
+    assert all(set(s) == {"start", "end", "text", "sources", "supported"} for s in record["sentences"])
+    bad = cli("cite", "--input", requests, "--out", tmp_path / "x.jsonl", "--markers", "letters")
+    assert bad.exit_code == 2 and "--markers must be positions or ids" in bad.output
+    assert not (tmp_path / "x.jsonl").exists()
+    with pytest.raises(AscpError, match="markers must be positions or ids"):
+        ascp.cite(QUESTION, PASSAGES, RESPONSE, markers="letters")

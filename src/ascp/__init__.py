@@ -24,7 +24,7 @@ from ascp.errors import AscpError
 from ascp.types import AnswerUnit, AttributionRequest, AttributionResult, Case, Passage, Portfolio, Round
 
 if TYPE_CHECKING:
-    from ascp.api import Probe, as_passages, attribute, load_model, make_case, run_portfolio, run_portfolios
+    from ascp.api import Probe, as_passages, attribute, cite, load_model, make_case, run_portfolio, run_portfolios
     from ascp.attribution import register_estimator
     from ascp.attribution.base import Estimator, ProbeInput, Scores
     from ascp.attribution.probe import ProbeSettings
@@ -41,7 +41,8 @@ __version__ = "0.1.0"
 
 # name -> the module that defines it; loaded on first use
 _LAZY = {
-    "Probe": "ascp.api", "as_passages": "ascp.api", "attribute": "ascp.api", "load_model": "ascp.api",
+    "Probe": "ascp.api", "as_passages": "ascp.api", "attribute": "ascp.api", "cite": "ascp.api",
+    "load_model": "ascp.api",
     "make_case": "ascp.api", "run_portfolio": "ascp.api", "run_portfolios": "ascp.api",
     "register_estimator": "ascp.attribution", "Estimator": "ascp.attribution.base",
     "ProbeInput": "ascp.attribution.base", "Scores": "ascp.attribution.base",
@@ -55,8 +56,8 @@ _LAZY = {
 }
 
 __all__ = ["__version__", "AnswerUnit", "as_passages", "AscpError", "attribute", "AttributionRequest",
-           "AttributionResult", "Case", "check_citations", "Estimator", "LanguageModel", "load_model", "make_case",
-           "Param", "Passage", "PoolView", "Portfolio", "Probe", "ProbeInput", "ProbeSettings",
+           "AttributionResult", "Case", "check_citations", "cite", "Estimator", "LanguageModel", "load_model",
+           "make_case", "Param", "Passage", "PoolView", "Portfolio", "Probe", "ProbeInput", "ProbeSettings",
            "PromptTemplate",
            "register_estimator", "register_scheduler", "Round", "RoundFeedback", "run_portfolio", "run_portfolios",
            "SamplingConfig", "Scheduler", "Scores", "Selection", "SteerConfig"]

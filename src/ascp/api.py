@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from ascp.lm.sampling import SamplingConfig
     from ascp.lm.steering import SteerConfig
     from ascp.metrics.answers import Matcher
+    from ascp.metrics.citations import CitedResponse
     from ascp.schedulers.base import EmbedFn
 
 PassageLike = Passage | Mapping[str, Any] | str
@@ -238,6 +239,22 @@ def attribute(question: str, passages: Iterable[PassageLike], response: str | No
                               "response": response})
     probe.model = model if model is not None else default_model()
     return probe.attribute_many([request])[0]
+
+
+def cite(question: str, passages: Iterable[PassageLike], response: str | None = None, *,
+         model: LanguageModel | None = None, estimator: str | ProbeSettings = DEFAULT_ESTIMATOR, seed: int = 0,
+         threshold: float | None = None, markers: str = "positions", **options: Any) -> CitedResponse:
+    """`response` (None: one the model generates) with causal citations: after each sentence, a marker
+    for every passage that sentence used, strongest first (`[2]`: context position; `markers="ids"`:
+    `[doc-7]`), read from its per-sentence reading (`spans="sentences"`); a sentence that used no
+    passage is marked unsupported (`CitedResponse.unsupported`)."""
+    from ascp.metrics.citations import MARKERS, cite_response
+
+    if markers not in MARKERS:
+        raise AscpError(f"markers must be positions or ids, got {_shown(markers)}.")
+    result = attribute(question, passages, response, model=model, estimator=estimator, seed=seed,
+                       threshold=threshold, spans="sentences", **options)
+    return cite_response(result, markers)
 
 
 def make_case(question: str, pool: Iterable[PassageLike], answers: Iterable[Iterable[str] | str] | None = None,

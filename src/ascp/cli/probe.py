@@ -43,8 +43,10 @@ def run_attribution(
     max_new_tokens: int, temperature: float, top_p: float, threshold: float | None,
     instruction: str, device: str, show: bool, html_path: Path | None = None, template: str | None = None,
     system: str = "", backend: str = "auto", embedder: str | None = None, request_cache: str | None = None,
-    spans: str | None = None,
+    spans: str | None = None, cite_markers: str | None = None,
 ) -> None:
+    """`ascp attribute` (and, with `cite_markers`, `ascp cite`: per-sentence readings written as causal
+    citations, one `CitedResponse` record per request)."""
     from ascp.api import Probe, load_model
     from ascp.attribution.probe import probe_settings
     from ascp.attribution.requests import load_requests
@@ -53,6 +55,12 @@ def run_attribution(
 
     # Everything that can be checked without the model is checked first: the probe is built once,
     # its model loaded last.
+    if cite_markers is not None:
+        from ascp.metrics.citations import MARKERS
+
+        if cite_markers not in MARKERS:
+            raise AscpError(f"--markers must be positions or ids, got {cite_markers!r}.")
+        spans = "sentences"
     settings = probe_settings(estimator_name, threshold, spans=spans)
     if embedder is not None:
         settings = probe_settings(settings.estimator, threshold,
@@ -72,7 +80,15 @@ def run_attribution(
         task = bar.add_task(f"probing ({probe.estimator.name})", total=len(requests))
         results = probe.attribute_many(requests, on_generated=lambda n: bar.advance(gen_task, n),
                                        on_scored=lambda n: bar.advance(task, n))
-    if out_path is not None:
+    if out_path is not None and cite_markers is not None:
+        from ascp.metrics.citations import cite_response
+
+        cited = [cite_response(r, cite_markers) for r in results]
+        write_jsonl(out_path, (c.to_json() for c in cited))
+        unsupported = sum(len(c.unsupported) for c in cited)
+        err.print(f"wrote {len(cited)} cited responses to {out_path}; {unsupported} of "
+                  f"{sum(len(c.sentences) for c in cited)} sentences used no passage", markup=False, highlight=False)
+    elif out_path is not None:
         write_jsonl(out_path, (r.to_json() for r in results))
         err.print(f"wrote {len(results)} results to {out_path}")
     if html_path is not None:
@@ -137,6 +153,35 @@ def attribute(
                         threshold, instruction, device, show, html, template, system, backend, embedder,
                         request_cache, spans)
 
+
+
+@app.command()
+def cite(
+    input: Input,
+    out_path: Annotated[Path, typer.Option("--out", help="Output JSONL, one cited response per request: `cited` "
+                                           "(the response with markers), `sentences` (text, sources, supported).")],
+    markers: Annotated[str, typer.Option("--markers", help="positions ([2]: the passage's place in the context) or "
+                                         "ids ([doc-7]).")] = "positions",
+    estimator: EstimatorOpt = None,
+    model: ModelOpt = "default",
+    seed: AttributeSeedOpt = 0,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Generation limit (free protocol).")] = 128,
+    temperature: Annotated[float, typer.Option("--temperature")] = 0.7,
+    top_p: Annotated[float, typer.Option("--top-p")] = 1.0,
+    threshold: ThresholdOpt = None,
+    instruction: Annotated[str, typer.Option("--instruction", help="commit, integrate, commit+structured or "
+                                             "integrate+structured (docs/experiments.md).")] = "commit",
+    device: DeviceOpt = "auto",
+    backend: BackendOpt = "auto",
+    template: TemplateOpt = None,
+    system: SystemOpt = "",
+    request_cache: RequestCacheOpt = None,
+) -> None:
+    """Cite each sentence of a fixed (or freshly generated) response with the passages it used, causally."""
+    with user_errors():
+        run_attribution(input, estimator, model, seed, out_path, max_new_tokens, temperature, top_p, threshold,
+                        instruction, device, False, None, template, system, backend, None, request_cache,
+                        cite_markers=markers)
 
 
 @app.command("pools")

@@ -1,4 +1,5 @@
-"""Check a response's inline citations against what the probe found used.
+"""Citations and the probe: write causal citations from per-sentence readings (`cite_response`), and
+check a response's own inline citations against what the probe found used (`check_citations`).
 
 A RAG system that asks its model to cite (`[1]`, `[doc-id]`) makes a claim the causal probe can
 test: every cited passage should be used, and every used passage cited. `check_citations` reads
@@ -58,3 +59,69 @@ def check_citations(result: AttributionResult, response: str | None = None) -> C
         cited_not_used=tuple(d for d in cited if d not in used),
         used_not_cited=tuple(d for d in ids if d in used and d not in cited),
     )
+
+
+MARKERS = ("positions", "ids")
+"""How `cite_response` writes a source: its context position (`[2]`) or its passage id (`[doc-7]`)."""
+
+
+@dataclass(frozen=True)
+class CitedSentence:
+    """One response sentence with the passages it used, strongest first (`supported`: it used one)."""
+
+    start: int
+    end: int
+    text: str
+    sources: tuple[str, ...]
+
+    @property
+    def supported(self) -> bool:
+        return bool(self.sources)
+
+    def to_json(self) -> dict[str, object]:
+        return {"start": self.start, "end": self.end, "text": self.text, "sources": list(self.sources),
+                "supported": self.supported}
+
+
+@dataclass(frozen=True)
+class CitedResponse:
+    """A response with a citation marker after each sentence for the passages that sentence used."""
+
+    id: str
+    text: str
+    sentences: tuple[CitedSentence, ...]
+    markers: str
+    attribution: AttributionResult
+
+    @property
+    def unsupported(self) -> tuple[CitedSentence, ...]:
+        """The sentences that used no passage."""
+        return tuple(s for s in self.sentences if not s.supported)
+
+    def to_json(self) -> dict[str, object]:
+        """The record `ascp cite` writes (one JSONL line)."""
+        return {"id": self.id, "cited": self.text, "sentences": [s.to_json() for s in self.sentences],
+                "markers": self.markers, "estimator": self.attribution.estimator,
+                "threshold": self.attribution.threshold}
+
+
+def cite_response(result: AttributionResult, markers: str = "positions") -> CitedResponse:
+    """Causal citations: after each sentence of the response, a marker for every passage the sentence
+    used (its per-sentence reading, `spans="sentences"`), strongest first, written as the passage's
+    context position (`[2]`, `[1][4]`; what `check_citations` reads back) or its id. A sentence that
+    used no passage gets no marker and is marked unsupported."""
+    if markers not in MARKERS:
+        raise AscpError(f"markers must be positions or ids, got {markers!r}.")
+    if not result.spans:
+        raise AscpError(f"request {result.id!r} has no per-sentence readings; attribute it with spans='sentences' "
+                        "(ascp cite does) to cite it.")
+    ids = list(result.scores)
+    pieces, sentences, cursor = [], [], 0
+    for span in result.spans:
+        order = sorted(span.reading.used, key=lambda pid: (-span.reading.normalized[pid], ids.index(pid)))
+        marks = "".join(f"[{ids.index(pid) + 1}]" if markers == "positions" else f"[{pid}]" for pid in order)
+        pieces.append(result.response[cursor:span.end] + marks)
+        cursor = span.end
+        sentences.append(CitedSentence(span.start, span.end, span.text, tuple(order)))
+    pieces.append(result.response[cursor:])
+    return CitedResponse(result.id, "".join(pieces), tuple(sentences), markers, result)
