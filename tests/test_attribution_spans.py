@@ -150,3 +150,37 @@ def test_ascp_cite_writes_cited_responses(tmp_path, cli, tiny_model_dir):
     assert not (tmp_path / "x.jsonl").exists()
     with pytest.raises(AscpError, match="markers must be positions or ids"):
         ascp.cite(QUESTION, PASSAGES, RESPONSE, markers="letters")
+
+
+def test_portfolio_rounds_carry_sentence_readings(tiny_lm):
+    """`run_portfolio(..., spans="sentences")`: every round with a response holds its sentences' readings,
+    whose token-weighted mean is the round's own score, and the records read them back."""
+    from ascp.types import Round
+
+    pool = [{"id": p.id, "title": p.title, "text": p.text} for p in PASSAGES]
+    pf = ascp.run_portfolio(QUESTION, pool, policy="rotate", k=2, T=2, model=tiny_lm, max_new_tokens=12,
+                            spans="sentences", answers=[["1818"]])
+    plain = ascp.run_portfolio(QUESTION, pool, policy="rotate", k=2, T=2, model=tiny_lm, max_new_tokens=12,
+                               answers=[["1818"]])
+    for rnd, same in zip(pf.rounds, plain.rounds, strict=True):
+        assert rnd.scores == same.scores and rnd.probe_tokens == same.probe_tokens  # no pass more
+        if not rnd.response.strip():
+            assert rnd.spans == ()
+            continue
+        assert rnd.spans and sum(s.tokens for s in rnd.spans) == rnd.response_tokens
+        for pid, score in rnd.scores.items():
+            assert sum(s.tokens * s.reading.scores[pid] for s in rnd.spans) / rnd.response_tokens == pytest.approx(
+                score, abs=1e-9)
+        assert Round.from_json(json.loads(json.dumps(rnd.to_json()))).spans == rnd.spans
+    assert any(rnd.spans for rnd in pf.rounds)  # the tiny model said something to read
+
+
+def test_specs_take_spans_with_the_probes_sentence(tmp_path):
+    from ascp.experiments.spec import parse_spec
+
+    base = {"name": "x", "tasks": [{"name": "t", "data": str(tmp_path / "d.jsonl")}], "models": ["default"],
+            "conditions": ["rotate(k=2,T=2)"]}
+    (tmp_path / "d.jsonl").write_text("{}\n")
+    assert parse_spec({**base, "spans": "sentences"}, base=tmp_path).settings.spans == "sentences"
+    with pytest.raises(AscpError, match="spec field spans: spans must be sentences"):
+        parse_spec({**base, "spans": "words"}, base=tmp_path)

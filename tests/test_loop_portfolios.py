@@ -193,6 +193,13 @@ def test_run_takes_estimator_options_and_the_threshold_once(tmp_path, tiny_dir):
                                   model=assemble_model(str(tiny_dir), backend="hf"))[0]
     assert [r.scores for r in library.rounds] == [r["scores"] for r in rounds]
     assert [list(r.used) for r in library.rounds] == [r["used"] for r in rounds]
+    spanned = tmp_path / "spanned"
+    result = invoke_cli(["run", "--data", data, "--policy", "rotate", "--k", "3", "--T", "2", "--model", tiny_dir,
+                         "--backend", "hf", "--max-new-tokens", "8", "--out", spanned, "--spans", "sentences"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(x) for x in (spanned / "rounds.jsonl").read_text().splitlines()]
+    assert json.loads((spanned / "summary.json").read_text())["config"]["spans"] == "sentences"
+    assert all(sum(s["tokens"] for s in r["spans"]) == r["response_tokens"] for r in rows if r["response"].strip())
 
 
 def test_policies_and_estimators_list_their_declared_parameters(tmp_path):

@@ -298,7 +298,7 @@ def run_portfolios(cases: Sequence[Case], *, policy: str = "ascp", k: int = 5, T
                    threshold: float | None = None, embed_fn: EmbedFn | None = None,
                    template: PromptTemplate | str | None = None, system: str = "", instruction: str = "commit",
                    progress: Callable[[int], None] | None = None,
-                   nli_model: str | Matcher | None = None) -> list[Portfolio]:
+                   nli_model: str | Matcher | None = None, spans: str | None = None) -> list[Portfolio]:
     """T rounds of `policy` on every case, each portfolio with its metrics (what `ascp run` does).
 
     steer: a `SteerConfig` (Eq. 5 + APC from round 2 on) or None; embed_fn: texts -> unit
@@ -307,7 +307,8 @@ def run_portfolios(cases: Sequence[Case], *, policy: str = "ascp", k: int = 5, T
     ALCE's metric) or a ready matcher `(unit, response) -> bool` (`ascp.metrics.nli`); cases with claim
     units and no nli_model fail before any generation. estimator: a name, a spec with options
     (`contextcite(num_ablations=64)`) or `ascp.ProbeSettings`; threshold: the used threshold on normalised
-    scores (None: tau(k)).
+    scores (None: tau(k)); spans: "sentences" adds each round's reading per response sentence
+    (`Round.spans`, as `ascp.attribute`'s).
     """
     from ascp.attribution.probe import probe_settings
     from ascp.embed.embedders import embed
@@ -339,7 +340,7 @@ def run_portfolios(cases: Sequence[Case], *, policy: str = "ascp", k: int = 5, T
         raise AscpError(f"nli_model must be a model folder, 'lexical' or a matcher function, got "
                         f"{type(nli_model).__name__}.")
     # Building the config checks the policy, k, T, the estimator and the threshold.
-    config = LoopConfig(policy=policy, k=k, T=T, probe=probe_settings(estimator, threshold),
+    config = LoopConfig(policy=policy, k=k, T=T, probe=probe_settings(estimator, threshold, spans=spans),
                         seed=seed, template=prompt_template(instruction, template, system),
                         sampling=SamplingConfig(max_new_tokens=max_new_tokens), steer=steer)
     check_pools(cases, k)

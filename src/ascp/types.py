@@ -260,6 +260,7 @@ class Round(_ReadingView):
     probe_tokens: int = 0  # tokens the probe fed (less with a warmer prefix store or request cache)
     probe_extra: Mapping[str, Any] = field(default_factory=dict)
     """What the estimator says it did (`Scores.extra`, e.g. `gated`'s passages verified exactly)."""
+    spans: tuple[SpanReading, ...] = ()  # per response sentence when the run asked for them (`spans`)
 
     def to_json(self) -> dict[str, Any]:
         """The round's record (a line of `rounds.jsonl` without the case id)."""
@@ -282,6 +283,8 @@ class Round(_ReadingView):
             record["threshold"] = self.threshold
         if self.probe_extra:  # only estimators that report something (loo reports nothing)
             record["probe_extra"] = dict(self.probe_extra)
+        if self.spans:
+            record["spans"] = [span.to_json() for span in self.spans]
         return record
 
     @classmethod
@@ -294,6 +297,8 @@ class Round(_ReadingView):
             prompt_tokens=int(record.get("prompt_tokens", 0)),
             generation_seconds=float(record.get("generation_seconds", 0.0)),
             probe_tokens=int(record.get("probe_tokens", 0)), probe_extra=dict(record.get("probe_extra", {})),
+            spans=tuple(SpanReading.from_json(span, None if record.get("threshold") is None
+                                              else float(record["threshold"])) for span in record.get("spans", ())),
         )
 
 

@@ -34,7 +34,7 @@ from ascp.attribution import (
     make_estimator,
 )
 from ascp.attribution.base import Estimator, ProbeInput
-from ascp.attribution.spans import check_spans, sentence_spans, span_readings
+from ascp.attribution.spans import check_spans, read_sentences
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
 from ascp.lm.prompts import PromptTemplate
@@ -229,14 +229,9 @@ def attribute_one(lm: LanguageModel, estimator: Estimator, request: AttributionR
     """Probe one prepared request and package the result."""
     probed = probe_response(lm, estimator, item, config.probe.threshold)
     reading = probed.reading
-    spans: tuple = ()
-    if config.probe.spans == "sentences":
-        if probed.token_logprobs is None:
-            raise AscpError(f"request {request.id!r}: model {getattr(lm, 'name', '?')!r} gives no character "
-                            "offsets of its response tokens, so the response's sentences cannot be read; use a "
-                            "transformers or llama.cpp model, or drop spans.")
-        spans = span_readings([p.id for p in item.passages], probed.token_logprobs, item.response_text,
-                              sentence_spans(item.response_text), reading.threshold, f"request {request.id!r}")
+    spans = (read_sentences([p.id for p in item.passages], probed.token_logprobs, item.response_text,
+                            reading.threshold, f"request {request.id!r}", getattr(lm, "name", "?"))
+             if config.probe.spans == "sentences" else ())
     return AttributionResult(
         id=request.id,
         estimator=estimator.name,

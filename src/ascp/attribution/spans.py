@@ -57,6 +57,16 @@ def assign_tokens(spans: Sequence[tuple[int, int]], token_spans: Sequence[tuple[
     return groups
 
 
+def read_sentences(ids: Sequence[str], logprobs: TokenLogprobs | None, text: str, threshold: float | None,
+                   where: str, model: str) -> tuple[SpanReading, ...]:
+    """THE per-sentence reading of a probed response (`ascp.Probe`, the loop): its sentences read from
+    the probe's stored per-token log-probabilities, or one sentence when the model gave none."""
+    if logprobs is None:
+        raise AscpError(f"{where}: model {model!r} gives no character offsets of its response tokens, so the "
+                        "response's sentences cannot be read; use a transformers or llama.cpp model, or drop spans.")
+    return span_readings(ids, logprobs, text, sentence_spans(text), threshold, where)
+
+
 def span_readings(ids: Sequence[str], logprobs: TokenLogprobs, text: str, spans: Sequence[tuple[int, int]],
                   threshold: float | None, where: str = "the response") -> tuple[SpanReading, ...]:
     """The reading of each span from the stored per-token log-probabilities, spans with no token of
@@ -83,4 +93,5 @@ def span_readings(ids: Sequence[str], logprobs: TokenLogprobs, text: str, spans:
                  for start, end, tokens in merged)
 
 
-__all__ = ["SPAN_KINDS", "SpanReading", "assign_tokens", "check_spans", "sentence_spans", "span_readings"]
+__all__ = ["SPAN_KINDS", "SpanReading", "assign_tokens", "check_spans", "read_sentences", "sentence_spans",
+           "span_readings"]

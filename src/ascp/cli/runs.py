@@ -75,6 +75,8 @@ def run(
     model: ModelOpt = "default",
     estimator: EstimatorOpt = None,
     threshold: ThresholdOpt = None,
+    spans: Annotated[str | None, typer.Option("--spans", help="sentences: also each round's reading per response "
+                                              "sentence (rounds.jsonl `spans`; loo, replace).")] = None,
     seed: RunSeedOpt = 0,
     limit: Annotated[int | None, typer.Option("--limit", help="Use only the first N cases.")] = None,
     rank_by: Annotated[str, typer.Option("--rank-by", help="Pool order: auto (the format's default: the file's "
@@ -132,7 +134,7 @@ def run(
 
         prompt = read_template(template)
         # every setting of the run checked once, before any work
-        config = LoopConfig(policy, k, T, probe=probe_settings(estimator, threshold), seed=seed,
+        config = LoopConfig(policy, k, T, probe=probe_settings(estimator, threshold, spans=spans), seed=seed,
                             sampling=SamplingConfig(max_new_tokens=max_new_tokens),
                             template=prompt_template(template=prompt, system=system), steer=steer_config)
         from ascp.embed.embedders import check_embedder, resolve_embedder
@@ -163,6 +165,7 @@ def run(
                       "policy": policy, "k": k, "T": T,
                       "model": model, "backend": backend_name(lm), "estimator": config.probe.estimator,
                       "estimator_options": dict(config.probe.options), "threshold": config.probe.threshold,
+                      "spans": config.probe.spans,
                       "seed": seed, "limit": limit, "sampling": config.sampling.__dict__,
                       "steer": steer_config.to_json() if steer_config else None,
                       "template": prompt, "system": system, "nli_model": matcher_name(matcher)}

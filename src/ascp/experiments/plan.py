@@ -87,7 +87,8 @@ class Plan:
             # template/system/nli_model only when set and backend only when not auto, so stores made
             # before they existed still resume (each record names the backend that actually ran)
             "settings": {k: v for k, v in spec.settings.__dict__.items()
-                         if (k not in ("template", "system", "nli_model") or v) and (k != "backend" or v != "auto")
+                         if (k not in ("template", "system", "nli_model", "spans") or v)
+                         and (k != "backend" or v != "auto")
                          and k != "prefix_cache_mb"},  # a memory limit changes no record
             "units": self.total,
         }
@@ -163,7 +164,8 @@ def loop_config(condition: Condition, seed: int, settings: Settings):
         sampling = replace(sampling, max_new_tokens=settings.max_new_tokens * condition.budget)
     kwargs: dict[str, Any] = dict(
         policy=condition.scheduler, k=condition.k, T=condition.T,
-        probe=ProbeSettings(condition.estimator, threshold=settings.threshold), seed=seed, sampling=sampling,
+        probe=ProbeSettings(condition.estimator, threshold=settings.threshold, spans=settings.spans), seed=seed,
+        sampling=sampling,
         template=prompt_template(condition.instruction, settings.template, settings.system),
         batch_size=settings.batch_size,
     )

@@ -18,7 +18,7 @@ from ascp.params import is_number, is_whole
 from ascp.reading import check_threshold
 
 TOP_KEYS = ("name", "description", "tasks", "models", "seeds", "grid", "conditions", "sampling", "embedder",
-            "batch_cases", "batch_size", "threshold", "device", "backend", "template", "system", "nli_model",
+            "batch_cases", "batch_size", "threshold", "spans", "device", "backend", "template", "system", "nli_model",
             "prefix_cache_mb")
 TASK_KEYS = ("name", "data", "format", "positions", "limit", "rank_by", "depth", "min_pool")
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_new_tokens")
@@ -66,6 +66,7 @@ class Settings:
     batch_cases: int = 8  # cases per work chunk (fixed composition: see docs/experiments.md)
     batch_size: int = 8  # sequences per generation batch inside the loop
     threshold: float | None = None
+    spans: str | None = None  # "sentences": each round's reading per response sentence too
     device: str = "auto"
     backend: str = "auto"  # auto | hf | llamacpp (ascp.lm.resolve.choose_backend)
     template: str | None = None  # the user's own prompt ({passages} then {question}); None: the instruction
@@ -324,6 +325,13 @@ def _settings(raw: dict[str, Any], base: Path) -> Settings:
     if raw.get("threshold") is not None:  # the probe's one threshold check, as the API and --threshold
         check_threshold(raw["threshold"], "spec field threshold")
         values["threshold"] = float(raw["threshold"])
+    if raw.get("spans") is not None:  # checked as the API and --spans check it
+        from ascp.attribution.spans import check_spans
+
+        try:
+            values["spans"] = check_spans(raw["spans"])
+        except AscpError as exc:
+            raise _fail("spans", str(exc)) from None
     if raw.get("prefix_cache_mb") is not None:  # megabytes of prompt keys and values kept (0: none)
         values["prefix_cache_mb"] = _number("prefix_cache_mb", raw["prefix_cache_mb"], 0.0)
     device = raw.get("device", "auto")

@@ -28,6 +28,7 @@ import numpy as np
 
 from ascp.attribution.base import Estimator, ProbeInput
 from ascp.attribution.probe import ProbeReading, ProbeSettings, probe_response
+from ascp.attribution.spans import read_sentences
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
 from ascp.lm.prefixes import fresh_prefixes
@@ -188,6 +189,9 @@ def _run_jobs(lm: LanguageModel, jobs: list[_Job], config: LoopConfig, estimator
     for job, prompt, gen, (response_tokens, probe_reading, probe_seconds) in zip(jobs, prompts, gens, probed,
                                                                               strict=True):
         reading = probe_reading.reading
+        spans = (read_sentences(list(job.selection.ids), probe_reading.token_logprobs, gen.text, reading.threshold,
+                                f"case {job.case.id!r} round {job.round}", getattr(lm, "name", "?"))
+                 if config.probe.spans == "sentences" and gen.text.strip() else ())  # an empty response: none
         out.append(Round(
             round=job.round,
             context=tuple(job.selection.ids),
@@ -199,6 +203,7 @@ def _run_jobs(lm: LanguageModel, jobs: list[_Job], config: LoopConfig, estimator
             generation_seconds=gen_share,
             probe_tokens=probe_reading.tokens_processed,
             probe_extra=probe_reading.extra,
+            spans=spans,
         ))
         if progress:
             progress(1)
