@@ -39,7 +39,12 @@ def test_sentences_split_the_response_in_order():
                                                  "The dog is lazy."]
     assert sentence_spans("no boundary here") == [(0, 16)] and sentence_spans("   ") == []
     # every token goes to the sentence its first character lies in (or the whitespace after it)
-    assert assign_tokens([(0, 5), (7, 12)], [(0, 2), (2, 5), (5, 7), (7, 9), (9, 12)]) == [[0, 1, 2], [3, 4]]
+    text = "Paris is big. It is in France. Yes."
+    # byte-level BPE offsets (SmolLM2, Llama 3, Qwen): the space before a word belongs to the word's token
+    tokens = [(0, 5), (5, 8), (8, 12), (12, 13), (13, 16), (16, 19), (19, 22), (22, 29), (29, 30), (30, 34), (34, 35)]
+    assert [text[a:b] for a, b in tokens][4] == " It"
+    groups = assign_tokens(sentence_spans(text), tokens, text)
+    assert groups == [[0, 1, 2, 3], [4, 5, 6, 7, 8], [9, 10]]  # " It" opens the second sentence, " Yes" the third
 
 
 @pytest.mark.parametrize("estimator", ["loo", "replace"])
@@ -53,6 +58,12 @@ def test_sentence_readings_come_from_the_same_passes(tiny_lm, estimator):
     for pid, score in split.scores.items():  # so the whole score is the token-weighted mean of the sentences'
         weighted = sum(s.tokens * s.reading.scores[pid] for s in split.spans) / split.response_tokens
         assert weighted == pytest.approx(score, abs=1e-9)
+    token_spans = tiny_lm.response_token_spans(RESPONSE)
+    first = 0
+    for span in split.spans:  # each sentence's first token is its first word, whatever the space before it
+        a, b = token_spans[first]
+        assert RESPONSE[a:b].strip() and span.text.startswith(RESPONSE[a:b].strip())
+        first += span.tokens
     for span in split.spans:
         assert RESPONSE[span.start:span.end] == span.text
         assert span.reading.threshold == split.threshold and set(span.reading.used) <= set(span.reading.scores)
@@ -61,7 +72,7 @@ def test_sentence_readings_come_from_the_same_passes(tiny_lm, estimator):
 def test_sentence_loo_equals_a_naive_leave_one_out(tiny_lm):
     result = ascp.attribute(QUESTION, PASSAGES, RESPONSE, model=tiny_lm, spans="sentences")
     token_spans = tiny_lm.response_token_spans(RESPONSE)
-    groups = assign_tokens(sentence_spans(RESPONSE), token_spans)
+    groups = assign_tokens(sentence_spans(RESPONSE), token_spans, RESPONSE)
     for span, tokens in zip(result.spans, groups, strict=True):
         expected = naive_sentence_loo(tiny_lm, PASSAGES, RESPONSE, tokens)
         np.testing.assert_allclose([span.reading.scores[p.id] for p in PASSAGES], expected, atol=5e-3)
@@ -184,3 +195,9 @@ def test_specs_take_spans_with_the_probes_sentence(tmp_path):
     assert parse_spec({**base, "spans": "sentences"}, base=tmp_path).settings.spans == "sentences"
     with pytest.raises(AscpError, match="spec field spans: spans must be sentences"):
         parse_spec({**base, "spans": "words"}, base=tmp_path)
+
+
+def test_cite_takes_ready_settings(tiny_lm):
+    settings = ascp.ProbeSettings("replace", threshold=0.3)
+    cited = ascp.cite(QUESTION, PASSAGES, RESPONSE, model=tiny_lm, estimator=settings)
+    assert cited.attribution.estimator == "replace" and cited.attribution.threshold == 0.3 and cited.sentences

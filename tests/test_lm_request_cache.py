@@ -261,11 +261,14 @@ def test_the_command_line_says_what_the_cache_saved(tmp_path, tiny_model_dir):
     assert "0 of 0 generations and 0 of 8 scored prompts answered from the cache" in first.output
     second = invoke_cli([*args, "--out", tmp_path / "two.jsonl"])
     assert second.exit_code == 0 and "8 of 8 scored prompts answered from the cache" in second.output
-    def results(name: str) -> list[dict]:
-        return [{k: v for k, v in json.loads(line).items() if k != "seconds"}
+    def results(name: str) -> list[dict]:  # the readings, without what they cost
+        return [{k: v for k, v in json.loads(line).items() if k not in ("seconds", "tokens_processed")}
                 for line in (tmp_path / name).read_text().splitlines()]
 
     assert results("one.jsonl") == results("two.jsonl")
+    fed = [[json.loads(line)["tokens_processed"] for line in (tmp_path / name).read_text().splitlines()]
+           for name in ("one.jsonl", "two.jsonl")]
+    assert all(n > 0 for n in fed[0]) and fed[1] == [0, 0]  # the second run fed the model nothing
     assert (tmp_path / "cache" / "requests.sqlite").exists()
 
 

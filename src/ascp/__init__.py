@@ -79,7 +79,6 @@ def __dir__() -> list[str]:
 # DeprecationWarning) so code written against earlier releases and the docs of that time still runs.
 MOVED_MODULES = {
     "ascp.attribution.attention_fit": "ascp.fitprobe.fit",
-    "ascp.attribution.attention_pooling": "ascp.lm.attention",
     "ascp.attribution.fit_readings": "ascp.fitprobe.readings",
     "ascp.calibration": "ascp.validation.calibration",
     "ascp.citations": "ascp.metrics.citations",

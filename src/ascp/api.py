@@ -248,12 +248,19 @@ def cite(question: str, passages: Iterable[PassageLike], response: str | None = 
     for every passage that sentence used, strongest first (`[2]`: context position; `markers="ids"`:
     `[doc-7]`), read from its per-sentence reading (`spans="sentences"`); a sentence that used no
     passage is marked unsupported (`CitedResponse.unsupported`)."""
+    from dataclasses import replace
+
+    from ascp.attribution.probe import ProbeSettings
     from ascp.metrics.citations import MARKERS, cite_response
 
     if markers not in MARKERS:
         raise AscpError(f"markers must be positions or ids, got {_shown(markers)}.")
-    result = attribute(question, passages, response, model=model, estimator=estimator, seed=seed,
-                       threshold=threshold, spans="sentences", **options)
+    if isinstance(estimator, ProbeSettings):  # the settings as given, read per sentence
+        result = attribute(question, passages, response, model=model, seed=seed, threshold=threshold,
+                           estimator=replace(estimator, spans="sentences"), **options)
+    else:
+        result = attribute(question, passages, response, model=model, estimator=estimator, seed=seed,
+                           threshold=threshold, spans="sentences", **options)
     return cite_response(result, markers)
 
 

@@ -50,7 +50,8 @@ class AttentionEstimator(Estimator):
 
     def attention_map(self, lm: LanguageModel) -> AttentionMap:
         """The map for `lm`'s weights (the backend is checked first: it is the first thing to fix)."""
-        key = attention_model(lm, self.name).parameter_digest
+        model = attention_model(lm, self.name)
+        key = getattr(model, "fingerprint", None) or model.parameter_digest  # the digest hashes every weight
         if key not in self._maps:
             self._maps[key] = map_for(lm, self.weights, self.name)
         return self._maps[key]

@@ -231,7 +231,7 @@ def attribute_one(lm: LanguageModel, estimator: Estimator, request: AttributionR
     reading = probed.reading
     spans = (read_sentences([p.id for p in item.passages], probed.token_logprobs, item.response_text,
                             reading.threshold, f"request {request.id!r}", getattr(lm, "name", "?"))
-             if config.probe.spans == "sentences" else ())
+             if config.probe.spans == "sentences" and item.response_text.strip() else ())
     return AttributionResult(
         id=request.id,
         estimator=estimator.name,

@@ -43,16 +43,20 @@ def sentence_spans(text: str, language: str = "en") -> list[tuple[int, int]]:
     return out
 
 
-def assign_tokens(spans: Sequence[tuple[int, int]], token_spans: Sequence[tuple[int, int]]) -> list[list[int]]:
-    """For each span, the response tokens whose first character lies in it or in the whitespace after it
-    (before the next span starts): every token goes to exactly one span. A span that receives no token
-    (a sentence inside one token) is joined to the span before it, or, the first, to the next."""
+def assign_tokens(spans: Sequence[tuple[int, int]], token_spans: Sequence[tuple[int, int]],
+                  text: str) -> list[list[int]]:
+    """For each span, the response tokens whose first non-space character lies in it or in the whitespace
+    after it (before the next span starts): every token goes to exactly one span. Byte-level BPE
+    tokenizers (SmolLM2, Llama 3, Qwen) fold the space before a word into the word's token (" It"),
+    so a token is placed by its first non-space character, not its first character."""
     if not spans:
         return []
     starts = [s for s, _ in spans]
     groups: list[list[int]] = [[] for _ in spans]
-    for i, (a, _) in enumerate(token_spans):
-        j = max((k for k, s in enumerate(starts) if s <= a), default=0)
+    for i, (a, b) in enumerate(token_spans):
+        piece = text[a:b]
+        at = a + len(piece) - len(piece.lstrip()) if piece.strip() else a
+        j = max((k for k, s in enumerate(starts) if s <= at), default=0)
         groups[j].append(i)
     return groups
 
@@ -73,7 +77,7 @@ def span_readings(ids: Sequence[str], logprobs: TokenLogprobs, text: str, spans:
     their own merged into a neighbour (so the spans keep partitioning the tokens)."""
     if not spans:
         raise AscpError(f"{where} has no sentence (it is empty or all whitespace), so it has no span to read.")
-    groups = assign_tokens(spans, logprobs.spans)
+    groups = assign_tokens(spans, logprobs.spans, text)
     merged: list[tuple[int, int, list[int]]] = []
     pending: tuple[int, list[int]] | None = None  # a leading span with no token, joined to the next
     for (start, end), tokens in zip(spans, groups, strict=True):

@@ -91,7 +91,16 @@ class Plan:
                          and (k != "backend" or v != "auto")
                          and k != "prefix_cache_mb"},  # a memory limit changes no record
             "units": self.total,
+            # seeded estimators (ContextCite's masks) draw per case and round (`ProbeSettings.estimator_for`);
+            # stated only where a condition has one, so stores of other conditions resume as before
+            **({"probe_seeds": "per case and round"} if any(_seeded(c.estimator) for c in spec.conditions) else {}),
         }
+
+
+def _seeded(estimator: str) -> bool:
+    from ascp.attribution import estimator_facts
+
+    return estimator_facts(estimator).needs_seed
 
 
 def make_plan(spec: ExperimentSpec) -> Plan:

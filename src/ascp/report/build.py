@@ -76,7 +76,10 @@ def fill_from_data(records: list[dict], plan: dict) -> int:
         todo = [r for r in records if r["task"] == task["name"]]
         if not todo or not Path(task["data"]).is_file():
             continue
-        cases = {c.id: c for c in load_cases(task["data"], format=task.get("format", "auto"), rank_by="given")}
+        try:
+            cases = {c.id: c for c in load_cases(task["data"], format=task.get("format", "auto"), rank_by="given")}
+        except AscpError:  # a file today's loader refuses: the report goes on without what it would add
+            continue
         for rec in todo:
             case = cases.get(rec["case_id"])
             if case is None or not case.units or not all(u.aliases for u in case.units):

@@ -397,6 +397,8 @@ def _answer_rule_table(frame, ref: str, rrow, baselines: list[tuple[str, str]], 
     files were not readable (the readings need the gold answers)."""
     if "pr_substring" not in frame.columns:
         return None
+    # every reading over the same units: those whose data file was read and whose answers have aliases
+    frame = frame[frame["pr_substring"].notna()]
     yes_no = frame["yes_no"].eq(True)
     scopes = [("all tasks (equal weights)", frame.index == frame.index)]
     scopes += [(task, frame["task"] == task) for task in sorted(frame["task"].unique())]
@@ -428,7 +430,9 @@ def _answer_rule_table(frame, ref: str, rrow, baselines: list[tuple[str, str]], 
         "counts as a plain substring of a normalised response ('6' inside '2016'). Pooled rows weigh tasks "
         "equally (crossed bootstrap by query, and by seed when there are several); p is unadjusted (markers use "
         "it): these rows show how much the answer rule moves each contrast, the main table's BH q is the test. "
-        "Rows of the yes/no readings appear where the scope has yes/no questions.",
+        "Rows of the yes/no readings appear where the scope has yes/no questions. Every row reads the units "
+        "whose data file was readable and whose answers have aliases (claim units, ELI5, have no alias rule), "
+        "so the first row may differ from the main table's where some were not.",
         ["scope", "reading", "baseline", "baseline PR", "Ascp PR", "ΔPR", "95% CI", "p", "n"], rows, data)
 
 

@@ -4,6 +4,7 @@ the probe validation's page share these, each choosing its digits and its missin
 from __future__ import annotations
 
 import math
+import numbers
 
 from ._common import Estimate
 
@@ -11,7 +12,7 @@ MISSING = "-"
 
 
 def _finite(x: object) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def num(x: float | None, digits: int = 3, missing: str = MISSING) -> str:
