@@ -118,6 +118,11 @@ EstimatorOpt = Annotated[str | None, typer.Option(
     "--estimator", help="The probe's estimator, with options as the schedulers take them, e.g. "
     "'contextcite(num_ablations=64)' (default: loo, the causal leave-one-out probe; `ascp estimators` lists every "
     "registered one with its options).")]
+InstructionOpt = Annotated[str, typer.Option("--instruction", help="commit, integrate, commit+structured or "
+                                           "integrate+structured (docs/experiments.md).")]
+TemperatureOpt = Annotated[float, typer.Option("--temperature")]
+TopPOpt = Annotated[float, typer.Option("--top-p")]
+FreeTokensOpt = Annotated[int, typer.Option("--max-new-tokens", help="Generation limit (free protocol).")]
 OutOpt = Annotated[Path, typer.Option("--out", help="Output JSONL, one result per request (written atomically).")]
 ModelOpt = Annotated[
     str,
