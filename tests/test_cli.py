@@ -17,8 +17,8 @@ from ascp.attribution.loo import LeaveOneOut
 from ascp.types import Passage
 
 OUTPUT_KEYS = {
-    "id", "estimator", "response", "response_tokens", "scores", "normalized", "used", "prompt",
-    "passage_spans", "seconds", "unit",
+    "id", "estimator", "response", "response_tokens", "scores", "normalized", "used", "threshold", "prompt",
+    "passage_spans", "seconds", "tokens_processed", "unit",
 }
 
 PASSAGES = [
