@@ -99,7 +99,8 @@ def test_the_record_holds_the_spans_and_reads_back(tiny_lm, tmp_path, cli, tiny_
 def test_spans_bad_input_is_one_sentence(tiny_lm, tmp_path, cli):
     with pytest.raises(AscpError, match="spans must be sentences"):
         ascp.Probe(tiny_lm, "loo", spans="words")
-    with pytest.raises(AscpError, match="estimator 'bm25' keeps no per-token log-probabilities.*use loo or replace"):
+    with pytest.raises(AscpError, match="estimator 'bm25' keeps no per-token log-probabilities.*use loo or replace or "
+                       "contextcite"):
         ascp.Probe(tiny_lm, "bm25", spans="sentences")
     with pytest.raises(AscpError, match="inside the ProbeSettings"):
         ascp.Probe(tiny_lm, ascp.ProbeSettings("loo"), spans="sentences")
@@ -201,3 +202,32 @@ def test_cite_takes_ready_settings(tiny_lm):
     settings = ascp.ProbeSettings("replace", threshold=0.3)
     cited = ascp.cite(QUESTION, PASSAGES, RESPONSE, model=tiny_lm, estimator=settings)
     assert cited.attribution.estimator == "replace" and cited.attribution.threshold == 0.3 and cited.sentences
+
+
+def test_contextcite_refits_its_surrogate_per_sentence(tiny_lm):
+    """ContextCite reads a sentence as the original's `get_attributions(start, end)` does: the same masks,
+    each mask's logit-probability of the sentence's tokens, a Lasso per sentence. Checked against the
+    recipe rebuilt by hand, each mask's prompt encoded and scored from scratch."""
+    from sklearn.linear_model import Lasso
+    from sklearn.preprocessing import StandardScaler
+
+    from ascp.attribution.contextcite import logit_prob
+
+    result = ascp.attribute(QUESTION, PASSAGES, RESPONSE, model=tiny_lm, estimator="contextcite(num_ablations=12)",
+                            seed=0, spans="sentences")
+    seed = ascp.ProbeSettings("contextcite(num_ablations=12)").estimator_for(0, "request").seed
+    masks = np.random.default_rng(seed).random((12, len(PASSAGES))) < 0.5
+    ids = tiny_lm.encode(RESPONSE)
+    rows = [np.asarray(tiny_lm.score([tiny_lm.encode_prompt(QUESTION, [p for p, keep in zip(PASSAGES, m, strict=True)
+                                                                       if keep]).ids], ids,
+                                     reuse_prefix=False).logprobs[0]) for m in masks]
+    groups = assign_tokens(sentence_spans(RESPONSE), tiny_lm.response_token_spans(RESPONSE), RESPONSE)
+    x = masks.astype(float)
+    scaler = StandardScaler().fit(x)
+    scale = np.where(scaler.scale_ > 0, scaler.scale_, 1.0)
+    for span, tokens in zip(result.spans, groups, strict=True):
+        target = np.array([logit_prob(float(row[tokens].sum())) for row in rows]) / len(tokens)
+        lasso = Lasso(alpha=0.01, random_state=0).fit((x - scaler.mean_) / scale, target)
+        np.testing.assert_allclose([span.reading.scores[p.id] for p in PASSAGES], lasso.coef_ / scale, atol=1e-4)
+    assert result.tokens_processed == ascp.attribute(QUESTION, PASSAGES, RESPONSE, model=tiny_lm,
+                                                     estimator="contextcite(num_ablations=12)").tokens_processed

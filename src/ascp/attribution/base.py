@@ -10,7 +10,7 @@ are cheap functions over the stored numbers (`ascp.reading`, re-exported here).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +56,19 @@ class Scores:
     full_logprobs: np.ndarray | None = None
     ablated_logprobs: np.ndarray | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)  # what the estimator reports beside its scores
+    span_scores: Callable[[Sequence[int]], np.ndarray] | None = field(default=None, compare=False, repr=False)
+    """For an estimator declaring `token_readings`: its scores (context order) over some response tokens
+    (their indexes), from the passes it already ran; None: derived from `full_logprobs` and
+    `ablated_logprobs` (the mean per-token drop) where those are given."""
+
+    def scorer(self) -> Callable[[Sequence[int]], np.ndarray] | None:
+        """The span scorer: `span_scores`, or the mean per-token drop of a single-passage ablation."""
+        if self.span_scores is not None:
+            return self.span_scores
+        if self.full_logprobs is None or self.ablated_logprobs is None:
+            return None
+        full, ablated = np.asarray(self.full_logprobs), np.asarray(self.ablated_logprobs)
+        return lambda tokens: full[list(tokens)].mean() - ablated[:, list(tokens)].mean(axis=1)
 
 
 class Estimator(ABC):

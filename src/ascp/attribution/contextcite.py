@@ -9,6 +9,7 @@ multiply by the number of response tokens for ContextCite's native scale.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -32,6 +33,7 @@ class ContextCite(Estimator):
     causal = True
     nats_per_token = False  # Lasso weights of a surrogate, not a measured drop: no calibrated threshold
     needs_seed = True
+    token_readings = True  # a part of the response is read by refitting on the same masks (`span_scores`)
     params = (
         Param("num_ablations", int, 64, "random ablation masks"),
         Param("keep_prob", float, 0.5, "probability that a mask keeps each passage"),
@@ -46,19 +48,30 @@ class ContextCite(Estimator):
         self.seed = seed
 
     def score(self, lm: LanguageModel, item: ProbeInput) -> Scores:
-        from sklearn.linear_model import Lasso
-        from sklearn.preprocessing import StandardScaler
-
         k = len(item.passages)
         rng = np.random.default_rng(self.seed)
         masks = rng.random((self.num_ablations, k)) < self.keep_prob
         scorer = Ablations(lm, item.prompt, item.response_ids)
-        outs = scorer.score([{i + 1: "" for i in range(k) if not m[i]} for m in masks])
-        n = len(item.response_ids)
-        target = np.array([logit_prob(float(o.sum())) for o in outs]) / n
+        outs = [np.asarray(o) for o in scorer.score([{i + 1: "" for i in range(k) if not m[i]} for m in masks])]
+
+        def fit(tokens: Sequence[int]) -> np.ndarray:
+            """The surrogate of the response tokens `tokens`: each mask's logit-probability of those tokens,
+            per token, regressed on the masks (ContextCite's `get_attributions` for a span)."""
+            picked = list(tokens)
+            target = np.array([logit_prob(float(o[picked].sum())) for o in outs]) / len(picked)
+            return self.fit_surrogate(masks, target)
+
+        return Scores(values=fit(range(len(item.response_ids))), tokens_processed=scorer.tokens_processed,
+                      span_scores=fit)
+
+    def fit_surrogate(self, masks: np.ndarray, target: np.ndarray) -> np.ndarray:
+        """Lasso weights (per passage, on the masks' raw scale) of `target` on standardised masks."""
+        from sklearn.linear_model import Lasso
+        from sklearn.preprocessing import StandardScaler
+
         x = masks.astype(np.float64)
         scaler = StandardScaler().fit(x)
         scale = np.where(scaler.scale_ > 0, scaler.scale_, 1.0)
         lasso = Lasso(alpha=self.lasso_alpha, random_state=0, fit_intercept=True)
         lasso.fit((x - scaler.mean_) / scale, target)
-        return Scores(values=lasso.coef_ / scale, tokens_processed=scorer.tokens_processed)
+        return np.asarray(lasso.coef_ / scale)

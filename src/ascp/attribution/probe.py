@@ -152,6 +152,8 @@ class ProbeReading:
     tokens_processed: int
     token_logprobs: TokenLogprobs | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)  # the estimator's `Scores.extra`
+    span_scores: Callable[[Sequence[int]], np.ndarray] | None = field(default=None, compare=False, repr=False)
+    token_spans: tuple[tuple[int, int], ...] | None = None  # each response token's characters (the backend's)
 
 
 def probe_response(lm: LanguageModel, estimator: Estimator, item: ProbeInput,
@@ -164,18 +166,20 @@ def probe_response(lm: LanguageModel, estimator: Estimator, item: ProbeInput,
     ids = [p.id for p in item.passages]
     start = time.perf_counter()
     extra: Mapping[str, Any] = {}
+    token_logprobs, scorer, token_spans = None, None, None
     if not item.response_ids:
-        raw, tokens, token_logprobs = np.zeros(len(ids)), 0, None
+        raw, tokens = np.zeros(len(ids)), 0
     else:
         scored = estimator.score(lm, item)
         raw, tokens, extra = np.asarray(scored.values, dtype=np.float64), scored.tokens_processed, scored.extra
-        token_logprobs = None
-        if scored.full_logprobs is not None and scored.ablated_logprobs is not None:
-            spans = lm.response_token_spans(item.response_text)
-            if spans is not None:
-                token_logprobs = TokenLogprobs(scored.full_logprobs, scored.ablated_logprobs, tuple(spans))
+        scorer = scored.scorer()
+        spans = lm.response_token_spans(item.response_text) if scorer is not None else None
+        token_spans = tuple(spans) if spans is not None else None
+        if token_spans is not None and scored.full_logprobs is not None and scored.ablated_logprobs is not None:
+            token_logprobs = TokenLogprobs(scored.full_logprobs, scored.ablated_logprobs, token_spans)
     seconds = time.perf_counter() - start
-    return ProbeReading(read_scores(ids, raw, threshold), raw, seconds, tokens, token_logprobs, dict(extra))
+    return ProbeReading(read_scores(ids, raw, threshold), raw, seconds, tokens, token_logprobs, dict(extra), scorer,
+                        token_spans)
 
 
 def sample_responses(
@@ -229,7 +233,7 @@ def attribute_one(lm: LanguageModel, estimator: Estimator, request: AttributionR
     """Probe one prepared request and package the result."""
     probed = probe_response(lm, estimator, item, config.probe.threshold)
     reading = probed.reading
-    spans = (read_sentences([p.id for p in item.passages], probed.token_logprobs, item.response_text,
+    spans = (read_sentences([p.id for p in item.passages], probed, item.response_text,
                             reading.threshold, f"request {request.id!r}", getattr(lm, "name", "?"))
              if config.probe.spans == "sentences" and item.response_text.strip() else ())
     return AttributionResult(

@@ -1,21 +1,29 @@
 """Readings per response sentence, from the passes the probe already ran.
 
 Exact leave-one-out keeps the log-probability of every response token under the full prompt and
-under each passage's deletion (`TokenLogprobs`), so the reading of any part of the response is the
-mean over its tokens of `log p(token | full) - log p(token | without the passage)`, with no further
-pass. `sentence_spans` splits a response into sentences (sentencex: rules, no model, no download),
-`assign_tokens` gives each response token to the sentence its first character lies in (the spans
-partition the response's tokens, so the whole response's score is the token-weighted mean of its
+under each passage's deletion, so the reading of any part of the response is the mean over its
+tokens of `log p(token | full) - log p(token | without the passage)`, with no further pass; ContextCite
+refits its surrogate on the same masks' log-probabilities of the part (as the original does). An
+estimator declaring `token_readings` gives that scorer (`Scores.span_scores` / `Scores.scorer`).
+`sentence_spans` splits a response into sentences (sentencex: rules, no model, no download),
+`assign_tokens` gives each response token to the sentence its first non-space character lies in (the
+spans partition the response's tokens, so the whole `loo` score is the token-weighted mean of its
 sentences' scores), and `span_readings` reads each span under the probe's threshold rule.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from ascp.errors import AscpError
-from ascp.reading import read_span
-from ascp.types import SpanReading, TokenLogprobs
+from ascp.reading import read_scores
+from ascp.types import SpanReading
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ascp.attribution.probe import ProbeReading
 
 SPAN_KINDS = ("sentences",)
 """What `spans=` may name (None: the whole response only)."""
@@ -61,23 +69,25 @@ def assign_tokens(spans: Sequence[tuple[int, int]], token_spans: Sequence[tuple[
     return groups
 
 
-def read_sentences(ids: Sequence[str], logprobs: TokenLogprobs | None, text: str, threshold: float | None,
+def read_sentences(ids: Sequence[str], probed: ProbeReading, text: str, threshold: float | None,
                    where: str, model: str) -> tuple[SpanReading, ...]:
-    """THE per-sentence reading of a probed response (`ascp.Probe`, the loop): its sentences read from
-    the probe's stored per-token log-probabilities, or one sentence when the model gave none."""
-    if logprobs is None:
+    """THE per-sentence reading of a probed response (`ascp.Probe`, the loop): its sentences read by the
+    estimator's span scorer over the passes it ran, or one sentence when the model gave no token offsets."""
+    if probed.span_scores is None or probed.token_spans is None:
         raise AscpError(f"{where}: model {model!r} gives no character offsets of its response tokens, so the "
                         "response's sentences cannot be read; use a transformers or llama.cpp model, or drop spans.")
-    return span_readings(ids, logprobs, text, sentence_spans(text), threshold, where)
+    return span_readings(ids, probed.span_scores, probed.token_spans, text, sentence_spans(text), threshold, where)
 
 
-def span_readings(ids: Sequence[str], logprobs: TokenLogprobs, text: str, spans: Sequence[tuple[int, int]],
+def span_readings(ids: Sequence[str], scorer: Callable[[Sequence[int]], np.ndarray],
+                  token_spans: Sequence[tuple[int, int]], text: str, spans: Sequence[tuple[int, int]],
                   threshold: float | None, where: str = "the response") -> tuple[SpanReading, ...]:
-    """The reading of each span from the stored per-token log-probabilities, spans with no token of
-    their own merged into a neighbour (so the spans keep partitioning the tokens)."""
+    """The reading of each span by `scorer` (the estimator's scores over the span's tokens, from the passes
+    it ran), spans with no token of their own merged into a neighbour (so the spans keep partitioning
+    the tokens)."""
     if not spans:
         raise AscpError(f"{where} has no sentence (it is empty or all whitespace), so it has no span to read.")
-    groups = assign_tokens(spans, logprobs.spans, text)
+    groups = assign_tokens(spans, token_spans, text)
     merged: list[tuple[int, int, list[int]]] = []
     pending: tuple[int, list[int]] | None = None  # a leading span with no token, joined to the next
     for (start, end), tokens in zip(spans, groups, strict=True):
@@ -92,8 +102,7 @@ def span_readings(ids: Sequence[str], logprobs: TokenLogprobs, text: str, spans:
         merged.append((start, end, tokens))
     if not merged:
         raise AscpError(f"{where}: no response token lies in any sentence, so no sentence can be read.")
-    return tuple(SpanReading(start, end, text[start:end], len(tokens),
-                             read_span(ids, logprobs.full, logprobs.ablated, tokens, threshold))
+    return tuple(SpanReading(start, end, text[start:end], len(tokens), read_scores(ids, scorer(tokens), threshold))
                  for start, end, tokens in merged)
 
 

@@ -189,7 +189,7 @@ def _run_jobs(lm: LanguageModel, jobs: list[_Job], config: LoopConfig, estimator
     for job, prompt, gen, (response_tokens, probe_reading, probe_seconds) in zip(jobs, prompts, gens, probed,
                                                                               strict=True):
         reading = probe_reading.reading
-        spans = (read_sentences(list(job.selection.ids), probe_reading.token_logprobs, gen.text, reading.threshold,
+        spans = (read_sentences(list(job.selection.ids), probe_reading, gen.text, reading.threshold,
                                 f"case {job.case.id!r} round {job.round}", getattr(lm, "name", "?"))
                  if config.probe.spans == "sentences" and gen.text.strip() else ())  # an empty response: none
         out.append(Round(
