@@ -4,6 +4,7 @@ a naive leave-one-out over each sentence's tokens, partitioning the response, in
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +19,14 @@ PASSAGES = [Passage("a", "Mary Shelley wrote the novel, published in 1818.", "Ma
             Passage("c", "The first edition of 1899 names the author.", "Edition")]
 QUESTION = "Who wrote the novel and when was it published?"
 RESPONSE = "The novel was written by Mary Shelley. It was published in 1818! The dog is lazy."
+
+
+def request_file(folder: Path) -> Path:
+    """The one request of these tests as an `ascp attribute` input file."""
+    path = folder / "requests.jsonl"
+    path.write_text(json.dumps({"id": "r1", "question": QUESTION, "response": RESPONSE,
+                                "passages": [{"id": p.id, "title": p.title, "text": p.text} for p in PASSAGES]}) + "\n")
+    return path
 
 
 def naive_sentence_loo(lm, passages, response: str, tokens: list[int]) -> np.ndarray:
@@ -84,10 +93,7 @@ def test_the_record_holds_the_spans_and_reads_back(tiny_lm, tmp_path, cli, tiny_
     assert [set(s) for s in record["spans"]] == [{"start", "end", "text", "tokens", "scores", "normalized", "used"}] * 3
     again = AttributionResult.from_json(record)
     assert again.spans == result.spans and again.tokens_processed == result.tokens_processed
-    requests = tmp_path / "requests.jsonl"
-    requests.write_text(json.dumps({"id": "r1", "question": QUESTION, "response": RESPONSE,
-                                    "passages": [{"id": p.id, "title": p.title, "text": p.text} for p in PASSAGES]})
-                        + "\n")
+    requests = request_file(tmp_path)
     out = tmp_path / "out.jsonl"
     done = cli("attribute", "--input", requests, "--out", out, "--model", tiny_model_dir, "--backend", "hf",
                "--spans", "sentences")
@@ -146,10 +152,7 @@ def test_causal_citations_follow_each_sentences_reading(tiny_lm):
 
 
 def test_ascp_cite_writes_cited_responses(tmp_path, cli, tiny_model_dir):
-    requests = tmp_path / "requests.jsonl"
-    requests.write_text(json.dumps({"id": "r1", "question": QUESTION, "response": RESPONSE,
-                                    "passages": [{"id": p.id, "title": p.title, "text": p.text} for p in PASSAGES]})
-                        + "\n")
+    requests = request_file(tmp_path)
     out = tmp_path / "cited.jsonl"
     done = cli("cite", "--input", requests, "--out", out, "--model", tiny_model_dir, "--backend", "hf",
                "--threshold", "0.3")
