@@ -71,8 +71,9 @@ def compare_tables(committed: dict[str, Any], rebuilt: dict[str, Any]) -> tuple[
             continue
         for i, (old, new) in enumerate(zip(old_rows, new_rows, strict=True)):
             for column in set(old) & set(new):
+                rebuilt_leaves = dict(_leaves(new[column], column))
                 for path, value in _leaves(old[column], column):
-                    other = dict(_leaves(new[column], column)).get(path)
+                    other = rebuilt_leaves.get(path)
                     if isinstance(value, (int, float)) and not isinstance(value, bool):
                         compared += 1
                     if not _same(value, other):
