@@ -513,6 +513,7 @@ def stand_in(tiny_lm, tiny_model_dir):
         return f"http://127.0.0.1:{server.server_address[1]}"
 
     start.handlers = []
+    start.servers = servers
     yield start
     for server in servers:
         server.shutdown()

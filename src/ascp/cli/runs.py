@@ -347,29 +347,15 @@ def view_command(
     passages marked, the response and the gold units it recovered; policies (a store's conditions)
     side by side."""
     with user_errors():
-        from ascp.data import load_cases
         from ascp.jsonio import atomic_writer
-        from ascp.records import read_results
-        from ascp.render.pages import run_page
+        from ascp.render.pages import folder_view
 
-        results = read_results(directory, kinds=("run", "simulation", "store"))
-        if not results.units:
-            raise AscpError(f"{directory} holds no finished unit yet; view it when the run has written some.")
+        with err.status("reading the run and its questions"):
+            page, note = folder_view(directory)
         target = out_path or directory / "view.html"
         check_parent(target)
-        absent = [data for data, _ in results.sources.values() if not Path(data).is_file()]
-        cases = None
-        if absent:
-            err.print(f"note: the data file {absent[0]} is not here; the page shows no questions or answer units.",
-                      markup=False, highlight=False)
-        else:
-            cases = {}
-            for data, format in results.sources.values():
-                with err.status(f"reading questions and answers from {Path(data).name}"):
-                    cases.update({c.id: c for c in load_cases(Path(data), format=format, rank_by="given",
-                                                              require_pool=False)})
-        groups = results.groups()
-        page = run_page(results, cases, f"ascp view: {directory.name} ({', '.join(groups)})")
+        if note is not None:
+            err.print(f"note: {note}", markup=False, highlight=False)
         with atomic_writer(target) as handle:
             handle.write(page)
         err.print(f"wrote {target}", markup=False, highlight=False)

@@ -100,10 +100,10 @@ class EngineClient:
                 if attempt + 1 == self.retries:
                     reason = getattr(exc, "reason", None) or repr(exc)
                     if self.reached or not isinstance(exc, (urllib.error.URLError, ConnectionRefusedError)):
-                        raise AscpError(f"the engine server at {self.url} went away during {path} ({reason}): "
+                        raise EngineUnavailable(f"the engine server at {self.url} went away during {path} ({reason}): "
                                         "its engine died or the server stopped; restart it (its log has the "
                                         "cause) and rerun.") from None
-                    raise AscpError(f"the engine server at {self.url} is unreachable ({reason}); start it (see "
+                    raise EngineUnavailable(f"the engine server at {self.url} is unreachable ({reason}); start it (see "
                                     "docs/engines.md) or fix the URL in the model spec.") from None
                 time.sleep(0.5 * 2**attempt)
         raise AssertionError("unreachable")
@@ -111,6 +111,11 @@ class EngineClient:
 
 # what vLLM answers (HTTP 500) once its engine core has died: every later request fails the same way
 ENGINE_DEAD = ("EngineDeadError", "EngineCore encountered", "engine core is dead", "Engine loop has died")
+
+
+class EngineUnavailable(AscpError):
+    """The engine server does not answer: unreachable, or gone during a request (a service behind it
+    answers 503 and recovers when the server is back)."""
 
 
 class EngineError(AscpError):

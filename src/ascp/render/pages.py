@@ -4,12 +4,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from html import escape
+from pathlib import Path
 from typing import Any
 
+from ascp.errors import AscpError
 from ascp.records import Results
-from ascp.render.html import STYLE, attribution_body
+from ascp.render.html import SENTENCE_SCRIPT, STYLE, attribution_body
 from ascp.types import AttributionResult, Case, Round
 
 PAGE_STYLE = (
@@ -47,7 +49,7 @@ SCRIPT = """<script>
 def _page(title: str, bar: str, body: str) -> str:
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{escape(title)}</title>{STYLE}{PAGE_STYLE}"
             f"</head><body><div class='ascp'><h1 style='font-size:18px'>{escape(title)}</h1>"
-            f"<div class='bar'>{bar} <span id='count'></span></div>{body}</div>{SCRIPT}</body></html>")
+            f"<div class='bar'>{bar} <span id='count'></span></div>{body}</div>{SCRIPT}{SENTENCE_SCRIPT}</body></html>")
 
 
 def attribution_page(results: Sequence[AttributionResult], questions: Mapping[str, str], title: str) -> str:
@@ -64,6 +66,34 @@ def attribution_page(results: Sequence[AttributionResult], questions: Mapping[st
 
 
 # ----- runs --------------------------------------------------------------------------------------
+def folder_view(directory: Path, may_read: Callable[[Path], bool] | None = None) -> tuple[str, str | None]:
+    """The page of a run folder, simulation or experiment store (`ascp view`, the workbench) and a
+    note when its questions and answer units are not shown: the data file the run read is absent, or
+    `may_read` refuses it (the service reads only below its root)."""
+    from ascp.data import load_cases
+    from ascp.records import read_results
+
+    results = read_results(directory, kinds=("run", "simulation", "store"))
+    if not results.units:
+        raise AscpError(f"{directory} holds no finished unit yet; view it when the run has written some.")
+    sources = list(results.sources.values())
+    absent = [data for data, _ in sources if not Path(data).is_file()]
+    refused = [data for data, _ in sources if may_read is not None and not may_read(Path(data))]
+    cases: dict[str, Case] | None = None
+    note = None
+    if absent:
+        note = f"the data file {absent[0]} is not here; the page shows no questions or answer units."
+    elif refused:
+        note = (f"the data file {refused[0]} lies outside the folder served; the page shows no questions or answer "
+                "units.")
+    else:
+        cases = {}
+        for data, format in sources:
+            cases.update({c.id: c for c in load_cases(Path(data), format=format, rank_by="given", require_pool=False)})
+    groups = results.groups()
+    return run_page(results, cases, f"ascp view: {directory.name} ({', '.join(groups)})"), note
+
+
 def run_page(results: Results, cases: Mapping[str, Case] | None, title: str) -> str:
     """Per case and policy (or condition), round by round: the context with used passages marked,
     the response, the gold units the response recovered; the case's metrics; and a comparison on
