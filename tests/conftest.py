@@ -14,10 +14,12 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -145,6 +147,27 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
     target = os.environ.get("ASCP_SKIP_SUMMARY")
     if target:
         Path(target).write_text("".join(f"{line}\n" for line in lines))
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="needs headless Chromium (Debian package `chromium`)")
+
+
+@contextlib.contextmanager
+def chromium_page(width: int = 1200, height: int = 900) -> Iterator[Any]:
+    """A page of headless Chromium (the system's, driven by Playwright: no browser download), for
+    tests that click; closed after the block."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu",
+                                                                             "--disable-dev-shm-usage"])
+        try:
+            page = browser.new_page(viewport={"width": width, "height": height})
+            page.set_default_timeout(60_000)
+            yield page
+        finally:
+            browser.close()
 
 
 def cli_env(home: Path | str, **extra: str) -> dict[str, str]:

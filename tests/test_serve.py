@@ -6,13 +6,19 @@ over sockets (32 requests in flight, SIGTERM mid-load, SIGKILL and a restart on 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
+import signal
+import subprocess
+import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import cli_env, run_ascp
+from conftest import chromium_page, cli_env, needs_chromium, run_ascp
 
 pytest.importorskip("fastapi", reason="needs the serve extra (FastAPI, uvicorn)")
 import test_lm_engine  # noqa: E402
@@ -316,3 +322,201 @@ def test_an_unreachable_engine_is_503_and_the_service_recovers_when_it_returns(s
         finally:
             back.shutdown()
             back.server_close()
+
+
+# ----- a real server: `ascp serve` in its own process, over sockets ---------------------------------
+class Server:
+    """`ascp serve --model DIR` on a free port, started, waited for, stopped by a signal."""
+
+    def __init__(self, home: Path, model: Path, *args: str) -> None:
+        self.port = test_lm_engine.free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.home = home
+        self.args = ["--model", str(model), "--port", str(self.port), "--log-level", "warning", *args]
+        self.proc: subprocess.Popen | None = None
+        self.key = args[args.index("--api-key") + 1] if "--api-key" in args else None
+
+    def start(self) -> Server:
+        self.log = open(self.home / f"serve-{self.port}.log", "a")  # noqa: SIM115
+        self.proc = subprocess.Popen([sys.executable, "-m", "ascp.cli", "serve", *self.args], stdout=self.log,
+                                     stderr=subprocess.STDOUT, env=cli_env(self.home))
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            assert self.proc.poll() is None, (self.home / f"serve-{self.port}.log").read_text()
+            with contextlib.suppress(OSError):
+                if self.get("/v1/health")[0] == 200:
+                    return self
+            time.sleep(0.2)
+        raise AssertionError("the service did not start in 120 s")
+
+    def call(self, method: str, path: str, body: dict | None = None, timeout: float = 300,
+             headers: dict | None = None) -> tuple[int, dict]:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json",
+                                              **({"X-API-Key": self.key} if self.key else {}), **(headers or {})})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    def get(self, path: str) -> tuple[int, dict]:
+        return self.call("GET", path, timeout=5)
+
+    def post(self, body: dict, path: str = "/v1/attribute") -> tuple[int, dict]:
+        return self.call("POST", path, body)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 120) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        code = self.proc.wait(timeout)
+        self.log.close()
+        return code
+
+
+def test_a_real_server_answers_32_requests_in_flight_as_the_command_line_does(tiny_model_dir, tmp_path):
+    requests = [request(i, spans="sentences") for i in range(32)]
+    server = Server(tmp_path, tiny_model_dir, "--max-batch", "8").start()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(32) as pool:
+            answers = list(pool.map(server.post, requests))
+        health = server.get("/v1/health")[1]
+    finally:
+        assert server.stop() == 0  # SIGTERM: a clean exit
+    assert [status for status, _ in answers] == [200] * 32
+    assert [record["id"] for _, record in answers] == [r["id"] for r in requests]  # none lost, none swapped
+    assert health["finished"] == 32 and health["failed"] == 0 and health["batches"] < 32  # batched
+    plain = [{k: v for k, v in r.items() if k != "spans"} for r in requests]
+    expected = cli_records(tmp_path, tiny_model_dir, plain, "--spans", "sentences")
+    assert all(same_record(record, e) for (_, record), e in zip(answers, expected, strict=True))
+
+
+def test_sigterm_finishes_the_requests_in_flight_then_exits(tiny_model_dir, tmp_path):
+    server = Server(tmp_path, tiny_model_dir, "--max-batch", "1").start()
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        answers = [pool.submit(server.post, request(i, response=None)) for i in range(8)]
+        while server.get("/v1/health")[1]["finished"] < 1:  # the load is under way
+            time.sleep(0.05)
+        code = server.stop(signal.SIGTERM)
+        results = [a.result(timeout=300) for a in answers]
+    assert code == 0
+    assert [status for status, _ in results] == [200] * 8  # every accepted request was answered whole
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(server.url + "/v1/health", timeout=5)
+
+
+def test_a_killed_service_restarted_on_its_request_cache_feeds_nothing_it_had_finished(tiny_model_dir, tmp_path):
+    cache = tmp_path / "requests.sqlite"
+    server = Server(tmp_path, tiny_model_dir, "--request-cache", str(cache), "--max-batch", "1").start()
+    finished: dict[str, dict] = {}
+    with concurrent.futures.ThreadPoolExecutor(12) as pool:
+        futures = {pool.submit(server.post, request(i, response=None)): i for i in range(12)}
+        while server.get("/v1/health")[1]["finished"] < 4:
+            time.sleep(0.05)
+        assert server.stop(signal.SIGKILL) == -signal.SIGKILL  # mid-load: no chance to finish anything
+        for future in futures:
+            try:
+                status, record = future.result(timeout=60)
+            except (urllib.error.URLError, ConnectionError, OSError):
+                continue  # the client saw the connection die
+            if status == 200:
+                finished[record["id"]] = record
+    assert 4 <= len(finished) < 12
+    server.start()
+    try:
+        again = [server.post(request(int(rid[1:]), response=None)) for rid in finished]
+        cache_after = server.get("/v1/health")[1]["request_cache"]
+        rest = [server.post(request(i, response=None)) for i in range(12) if f"r{i}" not in finished]
+    finally:
+        server.stop()
+    assert cache_after["generation_misses"] == 0 and cache_after["score_misses"] == 0  # nothing re-fed
+    assert cache_after["generation_hits"] == len(finished) and cache_after["tokens_saved"] > 0
+    assert all(same_record(record, finished[record["id"]]) for _, record in again)
+    assert all(status == 200 for status, _ in rest)
+
+
+@needs_chromium
+def test_the_workbench_attributes_highlights_a_sentences_sources_and_browses_runs(tiny_model_dir, tmp_path):
+    """In Chromium: type the key, attribute the example, select a sentence (its passages re-shaded
+    by its own reading), then browse to a simulation's page and a report table and figure."""
+    from test_render_pages import fake_embed
+
+    from ascp.loop.consumers import Toy
+    from ascp.loop.simulate import compare, pool_views, simulate_portfolios, write_simulation
+    from ascp.types import AnswerUnit, Case, Passage
+
+    root = tmp_path / "root"
+    root.mkdir()
+    cases = [Case(id=f"c{c}", question=f"question {c}?",
+                  pool=tuple(Passage(id=f"c{c}p{i}", text=f"passage {i} answer{i % 2}") for i in range(8)),
+                  units=(AnswerUnit("0", ("answer0",)),)) for c in range(2)]
+    views = pool_views(cases, fake_embed)
+    results = {p[0].policy: p for p in (simulate_portfolios(cases, name, 2, 2, Toy(q=0.5), views)
+                                        for name in ("vanilla", "rotate"))}
+    write_simulation(root / "sim", cases, results, {"data": "absent.jsonl", "k": 2, "T": 2},
+                     compare(results, n_boot=100))
+    (root / "report").mkdir()
+    (root / "report" / "table.md").write_text("| policy | PR@T |\n|---|---|\n| rotate | 0.5 |\n", encoding="utf-8")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.plot([0, 1], [0, 1])
+    plt.savefig(root / "report" / "figure.png")
+    plt.close()
+    server = Server(tmp_path, tiny_model_dir, "--api-key", "k3y", "--root", str(root)).start()
+    try:
+        with chromium_page() as page:
+            page.goto(server.url + "/")
+            page.wait_for_selector("body[data-ready='1']")
+            page.fill("#key", "k3y")
+            page.dispatch_event("#key", "change")
+            page.wait_for_function("document.querySelectorAll('#estimator option').length > 5")
+            page.select_option("#estimator", "loo")
+            with page.expect_response("**/v1/attribute") as answer:
+                page.click("#run")
+            record = answer.value.json()
+            page.wait_for_selector("body[data-attributed='example']")
+            sentences = page.locator("#result [data-sentence]")
+            assert sentences.count() == len(record["spans"]) >= 2
+            passages = page.locator("#result [data-passage]")
+
+            def shown() -> dict:
+                return {passages.nth(i).get_attribute("data-passage"): (passages.nth(i).get_attribute("data-used"),
+                                                                      passages.nth(i).get_attribute("data-shade"))
+                        for i in range(passages.count())}
+
+            whole = shown()
+            assert {pid for pid, (used, _) in whole.items() if used == "1"} == set(record["used"])
+            for i, span in enumerate(record["spans"]):
+                sentences.nth(i).click()
+                now = shown()
+                assert {pid for pid, (used, _) in now.items() if used == "1"} == set(span["used"])
+                for pid, (_, shade) in now.items():  # shaded exactly where the sentence's reading is positive
+                    assert shade.startswith("rgba(255, 170, 0") == (span["normalized"][pid] > 0), (pid, shade)
+                first = next(iter(span["scores"]))
+                badge = page.locator(f"#result [data-passage='{first}'] .score").inner_text()
+                assert f"sentence {i + 1}: {span['scores'][first]:+.4f}" in badge
+            sentences.nth(len(record["spans"]) - 1).click()  # selected again: the whole response's reading
+            assert shown() == whole
+            page.screenshot(path=str(tmp_path / "workbench-attribute.png"))
+
+            page.click("[data-tab='browse-tab']")
+            page.wait_for_selector("#entries [data-path='sim']")
+            page.click("#entries [data-path='sim']")
+            frame = page.frame_locator("#view")
+            frame.locator("body[data-ready='1']").wait_for()
+            assert frame.locator(".case").count() == 2
+            assert "lies outside" not in page.inner_text("#note")  # its data file is absent, not refused
+            page.click("#entries [data-path='sim/..']")
+            page.click("#entries [data-path='report']")
+            page.click("#entries [data-path='report/table.md']")
+            assert "| rotate | 0.5 |" in page.inner_text("#shown pre[data-file='report/table.md']")
+            page.click("#entries [data-path='report/figure.png']")
+            page.wait_for_function("document.querySelector(\"#shown img\") && "
+                                   "document.querySelector(\"#shown img\").naturalWidth > 100")
+            page.screenshot(path=str(tmp_path / "workbench-browse.png"))
+    finally:
+        server.stop()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
-import os
+import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -117,6 +117,14 @@ def serve_command(
         err.print(f"serving {getattr(lm, 'name', model)} at http://{shown}:{port} (workbench at /, OpenAPI at /docs"
                   f"{', key required' if api_key else ''}); Ctrl-C or SIGTERM finishes the requests in flight, "
                   "then stops", markup=False, highlight=False)
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    # uvicorn finishes the requests in flight on SIGTERM/SIGINT, then re-raises the signal to the handler
+    # it found: these record it, so that a stop asked for is a clean exit (0; 130 after Ctrl-C).
+    stops: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda number, frame: stops.append(number))
     uvicorn.run(application, host=host, port=port, log_level=log_level, access_log=log_level == "debug",
                 timeout_graceful_shutdown=None)
+    worker = service.worker
+    err.print(f"stopped after {worker.finished} requests answered and {worker.failed} refused", markup=False,
+              highlight=False)
+    raise typer.Exit(130 if signal.SIGINT in stops else 0)

@@ -44,6 +44,12 @@ SENTENCE_SCRIPT = """<script>
         reading.scores[pid].toFixed(4) + ' (normalised ' + n.toFixed(3) + ')' : '';
     });
   }
+  // Record the colour each passage is drawn in (what a reader sees; the browser tests read it).
+  window.ascpRecordShades = function (root) {
+    root.querySelectorAll('[data-passage]').forEach(function (el) {
+      el.setAttribute('data-shade', getComputedStyle(el).backgroundColor);
+    });
+  };
   document.addEventListener('click', function (event) {
     var sent = event.target.closest ? event.target.closest('[data-sentence]') : null;
     if (!sent) return;

@@ -51,7 +51,9 @@ SCRIPT = """<script>
   function fail(where, err) { $(where).textContent = err.message; $(where).classList.remove('hidden'); }
   if ($('key')) {
     $('key').value = sessionStorage.getItem('ascp-key') || '';
-    $('key').addEventListener('change', function () { sessionStorage.setItem('ascp-key', $('key').value); });
+    $('key').addEventListener('change', function () {
+      sessionStorage.setItem('ascp-key', $('key').value); $('attr-error').classList.add('hidden'); estimators();
+    });
   }
   document.querySelectorAll('[data-tab]').forEach(function (b) {
     b.addEventListener('click', function () {
@@ -85,6 +87,7 @@ SCRIPT = """<script>
       var record = await (await call('POST', '/v1/attribute', request)).json();
       var drawn = await (await call('POST', '/v1/render/attribution', {record: record})).json();
       $('result').innerHTML = '<h2>' + escapeHtml(record.id + ': ' + (request.question || '')) + '</h2>' + drawn.html;
+      window.ascpRecordShades($('result'));
       $('status').textContent = record.estimator + ': ' + record.used.length + ' of ' +
         Object.keys(record.scores).length + ' passages used, ' + record.tokens_processed + ' tokens fed, ' +
         record.seconds.toFixed(2) + ' s';
@@ -93,7 +96,7 @@ SCRIPT = """<script>
   });
   function escapeHtml(s) { var d = document.createElement('div'); d.textContent = s; return d.innerHTML; }
   async function browse(path) {
-    $('browse-error').classList.add('hidden');
+    $('browse-error').classList.add('hidden'); $('note').textContent = '';
     try {
       var listing = await (await call('GET', '/v1/browse?path=' + encodeURIComponent(path))).json();
       $('where').textContent = listing.path + (listing.kind !== 'folder' ? ' (' + listing.kind + ')' : '');
@@ -107,7 +110,7 @@ SCRIPT = """<script>
   function entry(e) {
     var div = document.createElement('div');
     div.setAttribute('data-path', e.path); div.setAttribute('data-kind', e.kind);
-    div.innerHTML = (e.kind === 'file' ? '' : '&#128193; ') + escapeHtml(e.name) +
+    div.innerHTML = escapeHtml(e.name) + (e.kind === 'file' ? '' : '/') +
                     '<span class="kind">' + escapeHtml(e.kind === 'file' ? e.bytes + ' bytes' : e.kind) + '</span>';
     div.addEventListener('click', function () { e.kind === 'file' ? open(e.path) : browse(e.path); });
     return div;
@@ -157,7 +160,7 @@ def workbench_page(needs_key: bool, browses: bool) -> str:
         f"<textarea id='request' spellcheck='false'>{_escape(example)}</textarea>"
         "<div><input type='file' id='file' accept='.json,.jsonl'> estimator <select id='estimator'></select> "
         "<label><input type='checkbox' id='sentences' checked> per sentence</label> "
-        "<button id='run'>Attribute</button> <span id='status'></span></div>"
+        "<button id='run'>Run</button> <span id='status'></span></div>"
         "<div id='attr-error' class='error hidden'></div><div id='result'></div></div>"
         f"{browse}</div>{SENTENCE_SCRIPT}{SCRIPT}</body></html>"
     )
