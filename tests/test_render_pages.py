@@ -108,3 +108,33 @@ def test_view_and_html_commands_refuse_bad_input(tmp_path):
                           (["view", str(old)], "is not a run folder this version of ascp reads")]:
         proc = run_ascp(*args, home=tmp_path, timeout=120)
         assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+@needs_chromium
+def test_selecting_a_sentence_of_an_attribution_page_reads_the_passages_by_it(tiny_lm, tmp_path):
+    """`ascp attribute --html` with per-sentence readings, clicked in Chromium: each sentence marks
+    the passages its own reading used, with its scores; selecting it again restores the whole."""
+    from conftest import chromium_page
+
+    result = ascp.Probe(tiny_lm, spans="sentences").attribute(
+        "Who wrote the novel?", PASSAGES, "Mary Shelley wrote it. The first edition came in 1818.", id="q1")
+    assert len(result.spans) == 2
+    page_path = tmp_path / "attribute.html"
+    page_path.write_text(attribution_page([result], {"q1": "Who wrote the novel?"}, "sentences"), encoding="utf-8")
+    with chromium_page() as page:
+        page.goto(page_path.as_uri())
+        page.wait_for_selector("body[data-ready='1']")
+        passages = page.locator("[data-passage]")
+
+        def used() -> set[str]:
+            return {passages.nth(i).get_attribute("data-passage") for i in range(passages.count())
+                    if passages.nth(i).get_attribute("data-used") == "1"}
+
+        assert used() == set(result.used)
+        for i, span in enumerate(result.spans):
+            page.click(f"[data-sentence='{i}']")
+            assert used() == set(span.reading.used)
+            for pid, score in span.reading.scores.items():
+                assert f"sentence {i + 1}: {score:+.4f}" in page.inner_text(f"[data-passage='{pid}'] .score")
+        page.click(f"[data-sentence='{len(result.spans) - 1}']")
+        assert used() == set(result.used) and page.inner_text("[data-passage='a'] .score") == ""
