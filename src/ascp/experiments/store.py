@@ -73,8 +73,8 @@ def _same_data(directory: Path, stored: Any, manifest: dict[str, Any],
         file = (files or {}).get(name) or now.get("path")
         if is_description(old) and is_description(now):
             if (old["sha256"], old["bytes"]) != (now["sha256"], now["bytes"]):
-                raise AscpError(f"task {name}: {file} has SHA-256 {now['sha256'][:12]}... ({now['bytes']} bytes) but "
-                                f"the store {directory} was run on {old['path']} with SHA-256 {old['sha256'][:12]}... "
+                raise AscpError(f"task {name}: {file} has SHA-256 {now['sha256'][:12]}… ({now['bytes']} bytes) but "
+                                f"the store {directory} was run on {old['path']} with SHA-256 {old['sha256'][:12]}… "
                                 f"({old['bytes']} bytes); pass the data file it was run on, or a new --out.")
         elif isinstance(old, str) and is_description(now) and (  # written before data files were described
                 files is None or name not in files or old != str(Path(files[name]).resolve())):
