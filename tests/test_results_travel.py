@@ -140,7 +140,7 @@ def test_relocate_refuses_a_missing_file_and_writes_nothing(tmp_path, tiny_model
 
 # ----- the committed files ---------------------------------------------------------------------------
 
-# A folder of the machine a result ran on: its checkouts and data (/work/...) and home folders. /tmp/ is
+# A folder of the machine a result ran on: its checkouts and data (top folder `work`) and home folders. /tmp/ is
 # allowed in prose and command lines (a scratch --out folder of a documented command names no file the
 # reader needs), but not in a field that names a data file or model, checked below.
 MACHINE = re.compile(r"(?<![\w.~-])/(work|home|Users)/")
