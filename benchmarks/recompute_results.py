@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -83,7 +84,9 @@ def compare_tables(committed: dict[str, Any], rebuilt: dict[str, Any]) -> tuple[
 
 def recompute_store(folder: Path, scratch: Path, n_boot: int | None) -> tuple[int, list[str]]:
     out = scratch / folder.name
-    command = [sys.executable, "-m", "ascp.cli", "report", str(folder), "--out", str(out)]
+    # the stores name their data files relative to the data root (../shared/data from the repository root)
+    data_root = os.environ.get("ASCP_DATA") or str(ROOT.parent / "shared" / "data")
+    command = [sys.executable, "-m", "ascp.cli", "report", str(folder), "--out", str(out), "--data-root", data_root]
     if folder.name in PRESETS:
         command += ["--preset", PRESETS[folder.name]]
     if n_boot is not None:

@@ -4,6 +4,7 @@ and frozen), Tables 10/11 with the paper's numbers, verdicts and the power state
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,6 +14,7 @@ import pytest
 import yaml
 from test_report import ASQA_ROOT, unit, write_store
 
+from ascp.caching.files import describe_file
 from ascp.errors import AscpError
 from ascp.experiments import Condition, make_plan
 from ascp.experiments.spec import parse_spec
@@ -128,20 +130,28 @@ def test_heldout_preset_is_the_frame_of_tables_10_and_11():
     assert [c.policy for c in spec.conditions] == ["ascp", "ascp-exposure", "vanilla", "mmr", "rotate"]
     assert all(c.steer is None and c.estimator == "loo" for c in spec.conditions)
     assert "development:" not in spec.text  # the stored spec.yaml is a spec `ascp experiment run` reads
-    assert parse_spec(yaml.safe_load(spec.text)).conditions == spec.conditions
+    # ... under the data root (--data-root), which its data paths are relative to: no folder of this machine
+    assert [t["data"] for t in yaml.safe_load(spec.text)["tasks"]] == [
+        "asqa/asqa_wikidpr_pools.json", "hotpotqa/hotpotqa_dev_distractor_ircot.jsonl"]
+    assert parse_spec(yaml.safe_load(spec.text), data_root=ASQA_ROOT).conditions == spec.conditions
     assert development is not None and development.positions == {"asqa": "123-144", "hotpotqa": "250-291"}
     dev = development_spec(spec, development)
     assert [t.positions for t in dev.tasks] == [(123, 144), (250, 291)]
     assert [(c.steer, c.eta) for c in dev.conditions] == [(0.25, 0.1), (0.5, 0.1), (1.0, 0.1)]
-    assert parse_spec(yaml.safe_load(dev.text)).conditions == dev.conditions
+    assert parse_spec(yaml.safe_load(dev.text), data_root=ASQA_ROOT).conditions == dev.conditions
     frozen = frozen_spec(spec, dev.conditions[1].name)
     assert [c.name for c in frozen.conditions] == [dev.conditions[1].name] and frozen.tasks == spec.tasks
 
 
 def test_splits_are_written_and_must_be_disjoint(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "x.json").write_text("[]\n", encoding="utf-8")
+
     def plan(positions: tuple[int, int], ids: list[str]):
-        task = SimpleNamespace(name="asqa", data=Path("x"), positions=positions,
-                               positions_text=f"{positions[0]}-{positions[1]}")
+        data = tmp_path / "data" / "x.json"
+        task = SimpleNamespace(name="asqa", data=data, positions=positions,
+                               positions_text=f"{positions[0]}-{positions[1]}",
+                               data_record=describe_file(data, tmp_path / "data"))
         return SimpleNamespace(spec=SimpleNamespace(tasks=(task,)), cases={"asqa": [SimpleNamespace(id=i)
                                                                                    for i in ids]})
 
@@ -150,6 +160,8 @@ def test_splits_are_written_and_must_be_disjoint(tmp_path):
     assert stored == splits and stored["disjoint"] is True
     assert stored["tasks"]["asqa"]["test"] == {"positions": "145-244", "eligible": 2, "cases": ["a", "b"]}
     assert stored["tasks"]["asqa"]["development"]["positions"] == "123-144"
+    assert stored["tasks"]["asqa"]["data"] == {"path": "x.json", "bytes": 3,
+                                               "sha256": hashlib.sha256(b"[]\n").hexdigest()}
     with pytest.raises(AscpError, match="development positions 140-150 overlap the test positions 145-244"):
         write_splits(tmp_path, plan((145, 244), ["a"]), plan((140, 150), ["c"]))
 

@@ -1,8 +1,10 @@
 """`ascp reproduce --preset NAME`: a packaged experiment spec, run into a store, then reported with the
 paper's signs checked (`ascp.report.claims`).
 
-Presets live in `ascp/resources/presets/<name>.yaml`; `{data_root}` in a preset is replaced by the
-data folder (`--data-root`, else `$ASCP_DATA`, else `../shared/data`). The run store is the output
+Presets live in `ascp/resources/presets/<name>.yaml`; their data paths, `"{data_root}/..."`, are read
+under the data folder (`--data-root`, else `$ASCP_DATA`, else `../shared/data`) and recorded relative
+to it (the spec copied into the store names `asqa/...`; plan.json and splits.json describe each file by
+that path, its SHA-256 and size: `ascp.caching.files.describe_file`). The run store is the output
 folder itself, so rerunning the same command resumes a killed run; the report goes to `OUT/report`.
 
 A preset may hold a `development` section (not a spec field): the candidates of Table 10's steered
@@ -13,12 +15,12 @@ one-standard-error rule, and the choice frozen for the test positions (`reproduc
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ascp.caching.files import default_data_root
 from ascp.errors import AscpError
 from ascp.reading import UsedThreshold
 from ascp.report.claims import Claim
@@ -200,11 +202,6 @@ def choose_decoder(run_dir: Path, development: Development, n_boot: int = 10_000
             "chosen": chosen, "condition": names[chosen], "units": int(len(frame))}
 
 
-def default_data_root() -> Path:
-    env = os.environ.get("ASCP_DATA")
-    return Path(env) if env else Path("../shared/data")
-
-
 def preset_spec(name: str, data_root: Path, limit: int | None = None, model: str | None = None,
                 backend: str | None = None, embedder: str | None = None, request_cache: str | None = None,
                 estimator: str | None = None):
@@ -250,7 +247,8 @@ def load_preset(name: str, data_root: Path, limit: int | None = None, model: str
         raise AscpError(f"data folder {data_root} does not exist; pass --data-root (the folder holding asqa/), "
                         "or set ASCP_DATA.")
     text = (resources.files("ascp") / "resources" / "presets" / f"{name}.yaml").read_text(encoding="utf-8")
-    text = text.replace("{data_root}", str(data_root.resolve()))
+    # the data paths relative to the data root, as the spec copied into the store names them
+    text = text.replace('"{data_root}/', '"')
     raw = yaml.safe_load(text)
     development = raw.pop(DEVELOPMENT, None)
     if limit is not None:
@@ -291,7 +289,7 @@ def write_splits(out: Path, plan, development_plan) -> dict[str, Any]:
             raise AscpError(f"task {task.name}: the development positions {dev_task.positions_text} overlap the test "
                             f"positions {task.positions_text}; the development split must be disjoint.")
         splits["tasks"][task.name] = {
-            "data": str(task.data),
+            "data": task.data_record,
             "test": {"positions": task.positions_text, "eligible": len(plan.cases[task.name]),
                      "cases": [c.id for c in plan.cases[task.name]]},
             DEVELOPMENT: {"positions": dev_task.positions_text, "eligible": len(development_plan.cases[task.name]),
@@ -306,7 +304,8 @@ def write_splits(out: Path, plan, development_plan) -> dict[str, Any]:
 
 
 def preset_report(name: str, out: str | Path, report_out: str | Path | None = None, n_boot: int = 10_000,
-                  seed: int = 0, used_threshold: UsedThreshold | str | float | None = None):
+                  seed: int = 0, used_threshold: UsedThreshold | str | float | None = None,
+                  data_root: str | Path | None = None):
     """The report of a preset's store `out` with the preset's claims; for a preset with a development
     split, the frozen steered condition's store (OUT/table10) joins the frame and Table 10's claims."""
     from ascp.report import write_report
@@ -323,7 +322,7 @@ def preset_report(name: str, out: str | Path, report_out: str | Path | None = No
         notes = (f"Steered decoder frozen from the development split (alpha = {choice['chosen']}, eta = "
                  f"{choice['eta']}; {DECODER}); its test units are in {TABLE10}/.",)
     return write_report(out, report_out, n_boot=n_boot, seed=seed, claims=claims, used_threshold=used_threshold,
-                        title=f"ascp reproduce --preset {name}", notes=notes, also=also)
+                        title=f"ascp reproduce --preset {name}", notes=notes, also=also, data_root=data_root)
 
 
 def reproduce(name: str, out: str | Path, data_root: str | Path | None = None, limit: int | None = None,
@@ -354,7 +353,7 @@ def reproduce(name: str, out: str | Path, data_root: str | Path | None = None, l
     results = run_frame(spec, development, out, n_boot=n_boot, on_start=on_start, executor=executor,
                         workers=workers, address=address, progress=progress, request_cache=request_cache,
                         **ray_options)
-    report = preset_report(name, out, n_boot=n_boot)
+    report = preset_report(name, out, n_boot=n_boot, data_root=root)
     return _combined(results), report
 
 

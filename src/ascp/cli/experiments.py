@@ -1,4 +1,4 @@
-"""`ascp experiment run/status/export`, `density`, `report` and `reproduce`."""
+"""`ascp experiment run/status/export/relocate`, `density`, `report` and `reproduce`."""
 
 from __future__ import annotations
 
@@ -69,6 +69,9 @@ def experiment_run(
     embedder: EmbedderOverrideOpt = None,
     request_cache: RequestCacheOpt = None,
     prefix_cache_mb: PrefixCacheOpt = None,
+    data_root: Annotated[Path | None, typer.Option("--data-root", help="Folder the spec's relative data paths "
+                                                   "are read under (default: the spec's folder, then the "
+                                                   "current one).")] = None,
 ) -> None:
     """Run (or resume) every unit of an experiment spec; finished units are never redone or lost."""
     from ascp.experiments.run import prepare, run_experiment
@@ -76,7 +79,8 @@ def experiment_run(
 
     with user_errors():
         check_out_location(out_dir)
-        plan = prepare(spec, executor, workers, embedder=embedder, prefix_cache_mb=prefix_cache_mb)
+        plan = prepare(spec, executor, workers, embedder=embedder, prefix_cache_mb=prefix_cache_mb,
+                       data_root=data_root)
         options = _ray_options(executor, cpus_per_worker, gpus_per_worker, memory_per_worker)
         bar, on_start, progress = _experiment_progress(f"{plan.spec.name} ({executor})")
 
@@ -128,6 +132,25 @@ def experiment_export(
     with user_errors():
         paths = export(directory)
         err.print(f"wrote {paths[0]} and {paths[1]}", markup=False, highlight=False)
+
+
+@experiment_app.command("relocate")
+def experiment_relocate(
+    directory: Annotated[Path, typer.Argument(help="A run store folder (the --out of `experiment run` or "
+                                              "`reproduce`); the stores below it are rewritten too.")],
+    data_root: Annotated[Path, typer.Option("--data-root", help="The folder its data files lie under now "
+                                            "(e.g. ../shared/data).")],
+    base: Annotated[Path | None, typer.Option("--base", help="The folder local model paths are named relative "
+                                              "to (default: the current one).")] = None,
+) -> None:
+    """Rewrite a store's plan.json, spec.yaml and splits.json to name each data file by its path under the
+    data root, SHA-256 and size instead of an absolute path (no number changes; idempotent)."""
+    from ascp.experiments.relocate import relocate
+
+    with user_errors():
+        changed = relocate(directory, data_root, base)
+        err.print(f"rewrote {len(changed)} files" + (f" ({', '.join(str(p) for p in changed)})" if changed else
+                  f"; {directory} names no absolute data path"), markup=False, highlight=False)
 
 
 @app.command("density")
@@ -200,6 +223,9 @@ def report_command(
     used_threshold: Annotated[str | None, typer.Option(
         "--used-threshold", help="Width-invariant threshold of the tables' ECR: a positive number (raw probe "
         "score) or an `ascp calibrate` folder (default: the calibrated default, docs/calibration.md).")] = None,
+    data_root: Annotated[Path | None, typer.Option("--data-root", help="Folder the store's data files are "
+                                                   "recorded under (default: $ASCP_DATA, else ../shared/data).")
+                         ] = None,
 ) -> None:
     """Write paper-layout tables (markdown, LaTeX), PNG figures and an HTML page for an experiment run."""
     from ascp.report import write_report
@@ -222,9 +248,11 @@ def report_command(
         if preset is not None:  # the preset's claims; a held-out preset's frozen steered store joins the frame
             from ascp.reproduce import preset_report
 
-            report = preset_report(preset, directory, out_dir, n_boot=n_boot, seed=seed, used_threshold=used)
+            report = preset_report(preset, directory, out_dir, n_boot=n_boot, seed=seed, used_threshold=used,
+                                   data_root=data_root)
         else:
-            report = write_report(directory, out_dir, n_boot=n_boot, seed=seed, used_threshold=used)
+            report = write_report(directory, out_dir, n_boot=n_boot, seed=seed, used_threshold=used,
+                                  data_root=data_root)
         err.print(f"{report.units}/{report.total} units; {len(report.tables)} tables "
                   f"({', '.join(report.tables)}), {len(report.figures)} figures; open {report.out}/index.html",
                   markup=False, highlight=False)

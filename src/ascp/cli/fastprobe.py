@@ -54,6 +54,7 @@ def fit_probe(
         from ascp.api import load_model
         from ascp.attribution.attention import attention_model
         from ascp.attribution.attention_map import model_digest
+        from ascp.caching.files import describe_file
         from ascp.data import load_cases_with_order
         from ascp.experiments.spec import parse_positions
         from ascp.fitprobe.fit import draw_contexts, fit_map, read_contexts
@@ -107,7 +108,8 @@ def fit_probe(
                       highlight=False)
             read[label] = read_contexts(lm, drawn, sampling, seed, progress=_progress_line(label), readings=readings)
         provenance = {
-            "data": str(data), "seed": seed, "max_new_tokens": max_new_tokens, "widths_asked": width_list,
+            "data": describe_file(data, Path.cwd()),  # path under the current folder, SHA-256, size
+            "seed": seed, "max_new_tokens": max_new_tokens, "widths_asked": width_list,
             "train_positions": f"{train_range[0]}-{train_range[1]}", "dev_positions": f"{dev_range[0]}-{dev_range[1]}",
             "items_in_range": {label: n for label, (n, _) in splits.items()},
             "contexts_drawn": {label: len(drawn) for label, (_, drawn) in splits.items()},

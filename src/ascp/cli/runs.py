@@ -325,8 +325,11 @@ def simulate_command(
                 portfolios = simulate_portfolios(cases, name, k, T, reader, views, seed=seed, progress=advance)
                 results[portfolios[0].policy if portfolios else name] = portfolios
         comparison = compare(results, n_boot=n_boot, seed=seed)
-        config = {"data": str(data), "format": format, "rank_by": rank_by, "order": order, "embedder": embedder,
-                  "limit": limit, "min_pool": min_pool,
+        from ascp.caching.files import describe_file
+
+        # the data file by its path under the current folder, SHA-256 and size: no folder of this machine
+        config = {"data": describe_file(data, Path.cwd()), "format": format, "rank_by": rank_by, "order": order,
+                  "embedder": embedder, "limit": limit, "min_pool": min_pool,
                   "k": k, "T": T, "consumer": reader.name, "seed": seed, "n_boot": n_boot, "cases": len(cases)}
         write_simulation(out_dir, cases, results, config, comparison)
         from ascp.render.console import simulation_table

@@ -73,7 +73,7 @@ class Plan:
         spec = self.spec
         return {
             "name": spec.name,
-            "tasks": [{"name": t.name, "data": str(t.data), "format": t.format, "limit": t.limit,
+            "tasks": [{"name": t.name, "data": t.data_record, "format": t.format, "limit": t.limit,
                        "rank_by": t.rank_by, "depth": t.depth,
                        # the order `auto` resolved to (explicit orders name themselves)
                        **({"order": self.orders[t.name]} if t.rank_by == "auto" and t.name in self.orders else {}),
@@ -81,7 +81,7 @@ class Plan:
                        **({} if t.positions is None else {"positions": t.positions_text}),
                        "cases": [c.id for c in self.cases[t.name]]}
                       for t in spec.tasks],
-            "models": [{"name": m.name, "source": m.source} for m in spec.models],
+            "models": [{"name": m.name, "source": _portable_source(m.source)} for m in spec.models],
             "seeds": list(spec.seeds),
             "conditions": [c.name for c in spec.conditions],
             # template/system/nli_model only when set and backend only when not auto, so stores made
@@ -95,6 +95,18 @@ class Plan:
             # stated only where a condition has one, so stores of other conditions resume as before
             **({"probe_seeds": "per case and round"} if any(_seeded(c.estimator) for c in spec.conditions) else {}),
         }
+
+
+def _portable_source(source: str) -> str:
+    """A local model file or folder as the plan records it: relative to the current folder, so the plan
+    names no folder of this machine (a resume runs from the same folder, as every documented command
+    does); engine specs, hub ids and `default` as they are."""
+    from pathlib import Path
+
+    from ascp.caching.files import relative_path
+
+    path = Path(source)
+    return relative_path(path, Path.cwd()) if path.is_absolute() and path.exists() else source
 
 
 def _seeded(estimator: str) -> bool:

@@ -11,7 +11,7 @@ from ascp.errors import AscpError
 from ascp.experiments.embedders import EmbedFn
 from ascp.experiments.executors import EXECUTORS, Progress, import_ray, run_local, run_ray
 from ascp.experiments.plan import Plan, UnitKey, make_plan
-from ascp.experiments.spec import ExperimentSpec, load_spec
+from ascp.experiments.spec import ExperimentSpec, load_spec, stored_text
 from ascp.experiments.store import RunStore, iter_rounds, read_plan, read_units, writer_pid
 from ascp.jsonio import atomic_writer
 from ascp.params import is_whole
@@ -28,9 +28,11 @@ class RunResult:
 
 
 def prepare(spec: ExperimentSpec | str | Path, executor: str = "local", workers: int = 1,
-            embedder: str | None = None, prefix_cache_mb: float | None = None) -> Plan:
+            embedder: str | None = None, prefix_cache_mb: float | None = None,
+            data_root: str | Path | None = None) -> Plan:
     """Validate everything (spec, data, conditions, executor) before any model work; `embedder`
-    (`--embedder`) and `prefix_cache_mb` (`--prefix-cache-mb`) replace the spec's."""
+    (`--embedder`) and `prefix_cache_mb` (`--prefix-cache-mb`) replace the spec's; `data_root`
+    (`--data-root`) is the folder a spec file's relative data paths are read under."""
     if executor not in EXECUTORS:
         raise AscpError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}.")
     if not is_whole(workers) or workers < 1:
@@ -48,7 +50,7 @@ def prepare(spec: ExperimentSpec | str | Path, executor: str = "local", workers:
         from ascp.lm.prefixes import check_megabytes
 
         check_megabytes(prefix_cache_mb, "--prefix-cache-mb")
-    spec = spec if isinstance(spec, ExperimentSpec) else load_spec(spec)
+    spec = spec if isinstance(spec, ExperimentSpec) else load_spec(spec, data_root)
     if embedder is not None:
         spec = replace(spec, settings=replace(spec.settings, embedder=embedder))
     if prefix_cache_mb is not None:
@@ -83,7 +85,7 @@ def run_experiment(
     plan = plan or prepare(spec, executor, workers)
     out = Path(out)
     with RunStore(out) as store:
-        store.begin(plan.manifest(), plan.spec.text)
+        store.begin(plan.manifest(), stored_text(plan.spec), {t.name: t.data for t in plan.spec.tasks})
         before = len(store.done)
         pending = [chunk for chunk in plan.chunks() if any(k not in store.done for k in chunk.unit_keys())]
         rounds = sum(chunk.rounds for chunk in pending)

@@ -7,6 +7,7 @@ See docs/experiments.md for the schema. Every error names the offending field
 from __future__ import annotations
 
 import itertools
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,14 @@ class TaskSpec:
     depth: int | None = None  # keep the top `depth` passages of each ordered pool
     min_pool: int | None = None  # keep only cases whose pool holds at least this many passages
     positions: tuple[int, int] | None = None  # (first, last) item in file order, 0-based, inclusive
+    root: Path | None = None  # the data root `data` was read under (the spec's folder, --data-root or the current one)
+
+    @property
+    def data_record(self) -> dict[str, Any]:
+        """What results record of the data file: path relative to `root`, SHA-256, size (`describe_file`)."""
+        from ascp.caching.files import describe_file
+
+        return describe_file(self.data, self.root if self.root is not None else self.data.parent)
 
     @property
     def positions_text(self) -> str | None:
@@ -136,22 +145,26 @@ def _name(where: str, value: Any) -> str:
     return value
 
 
-def _resolve_path(where: str, value: Any, base: Path, must_be_file: bool = True) -> Path:
+def _resolve_path(where: str, value: Any, base: Path, must_be_file: bool = True) -> tuple[Path, Path]:
+    """(the resolved file, the root it was read under: `base`, or the current folder for a relative path
+    found only there)."""
     if not isinstance(value, str) or not value.strip():
         raise _fail(where, f"expected a file path, got {value!r}.")
     path = Path(value).expanduser()
-    candidates = [path] if path.is_absolute() else [base / path, Path.cwd() / path]
-    for cand in candidates:
+    candidates = [(path, base)] if path.is_absolute() else [(base / path, base), (Path.cwd() / path, Path.cwd())]
+    for cand, root in candidates:
         if (cand.is_file() if must_be_file else cand.exists()):
-            return cand.resolve()
-    raise _fail(where, f"{value} does not exist (looked for {candidates[0]}); give an existing file, relative to "
+            return cand.resolve(), Path(os.path.abspath(root))
+    candidates_shown = [c for c, _ in candidates]
+    raise _fail(where, f"{value} does not exist (looked for {candidates_shown[0]}); give an existing file, relative to "
                        "the spec's folder or the current folder.")
 
 
 # ----- the spec ---------------------------------------------------------------------------------
 
-def load_spec(path: str | Path) -> ExperimentSpec:
-    """Read and validate a YAML spec (no data is loaded yet: see `ascp.experiments.plan.make_plan`)."""
+def load_spec(path: str | Path, data_root: str | Path | None = None) -> ExperimentSpec:
+    """Read and validate a YAML spec (no data is loaded yet: see `ascp.experiments.plan.make_plan`); relative
+    task data paths are read under `data_root` when given (`--data-root`), else the spec's folder."""
     import yaml
 
     path = Path(path)
@@ -164,12 +177,49 @@ def load_spec(path: str | Path) -> ExperimentSpec:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise AscpError(f"spec file {path} is not valid YAML{where}; check its indentation and quoting.") from None
-    return parse_spec(raw, base=path.resolve().parent, text=text)
+    return parse_spec(raw, base=path.resolve().parent, text=text,
+                      data_root=None if data_root is None else Path(data_root))
 
 
-def parse_spec(raw: Any, base: Path | None = None, text: str = "") -> ExperimentSpec:
-    """Validate a parsed spec (a mapping); relative paths resolve against `base`, then the current folder."""
+def stored_text(spec: ExperimentSpec) -> str:
+    """The spec as the store copies it: its text as given, with each absolute task data path named relative to
+    the data root it was read under (as plan.json names it) and each absolute local model path relative to
+    the current folder, so the copy names no folder of this machine."""
+    import yaml
+
+    from ascp.caching.files import relative_path
+
+    try:
+        raw = yaml.safe_load(spec.text) if spec.text else None
+    except yaml.YAMLError:
+        return spec.text
+    if not isinstance(raw, dict):
+        return spec.text
+    replace: dict[str, str] = {}
+    items: list[Any] = raw["tasks"] if isinstance(raw.get("tasks"), list) else [raw.get("tasks")]
+    for task, item in zip(spec.tasks, items, strict=False):
+        value = item.get("data") if isinstance(item, dict) else None
+        if isinstance(value, str) and Path(value).expanduser().is_absolute():
+            replace[value] = task.data_record["path"]
+    models: list[Any] = raw["models"] if isinstance(raw.get("models"), list) else [raw.get("models")]
+    for item in models:
+        paths = item.get("path") if isinstance(item, dict) else item
+        for value in paths if isinstance(paths, list) else [paths]:
+            if isinstance(value, str) and Path(value).is_absolute() and Path(value).exists():
+                replace[value] = relative_path(value, Path.cwd())
+    text = spec.text
+    for old in sorted(replace, key=len, reverse=True):
+        text = text.replace(old, replace[old])
+    return text
+
+
+def parse_spec(raw: Any, base: Path | None = None, text: str = "", data_root: Path | None = None) -> ExperimentSpec:
+    """Validate a parsed spec (a mapping); relative paths resolve against `base`, then the current folder;
+    relative task data paths against `data_root` first when given."""
     base = base or Path.cwd()
+    if data_root is not None and not data_root.is_dir():
+        raise AscpError(f"--data-root {data_root} is not a folder; pass the folder the spec's data paths are "
+                        "relative to.")
     if not isinstance(raw, dict):
         raise AscpError(f"the spec must be a YAML mapping with name, tasks, models, seeds and grid; "
                         f"got {type(raw).__name__}.")
@@ -179,7 +229,7 @@ def parse_spec(raw: Any, base: Path | None = None, text: str = "") -> Experiment
     name = _name("name", raw["name"])
     if "tasks" not in raw:
         raise _fail("tasks", "missing; give at least one task with name and data.")
-    tasks = tuple(_task(f"tasks[{i}]", t, base) for i, t in enumerate(_list("tasks", raw["tasks"])))
+    tasks = tuple(_task(f"tasks[{i}]", t, data_root or base) for i, t in enumerate(_list("tasks", raw["tasks"])))
     _unique("tasks", [t.name for t in tasks])
     models = tuple(_model(f"models[{i}]", m, base) for i, m in enumerate(_list("models", raw.get("models", "default"))))
     _unique("models", [m.name for m in models])
@@ -216,9 +266,11 @@ def _task(where: str, raw: Any, base: Path) -> TaskSpec:
         raise _fail(f"{where}.rank_by", f"unknown ranking {rank_by!r}; choose one of auto, {', '.join(RANKERS)}.")
     depth = raw.get("depth")
     min_pool = raw.get("min_pool")
+    data, root = _resolve_path(f"{where}.data", raw["data"], base)
     return TaskSpec(
         name=_name(f"{where}.name", raw["name"]),
-        data=_resolve_path(f"{where}.data", raw["data"], base),
+        data=data,
+        root=root,
         format=fmt,
         limit=None if limit is None else _int(f"{where}.limit", limit, 1),
         rank_by=rank_by,

@@ -1,8 +1,10 @@
 """The run store: a folder that loses nothing.
 
     DIR/spec.yaml     the spec as given (copied on the first run)
-    DIR/plan.json     the resolved plan: tasks with their case ids, models, seeds, condition names,
-                      settings, number of units; a rerun must resolve to the same plan
+    DIR/plan.json     the resolved plan: tasks with their data file (path relative to the data root it
+                      was read under, SHA-256, size: `ascp.caching.files.describe_file`) and case ids,
+                      models, seeds, condition names, settings, number of units; a rerun must resolve to
+                      the same plan, its data files to the same bytes (wherever the data root lies)
     DIR/units.jsonl   append-only, one JSON line per finished unit (key, condition, metrics, pool,
                       rounds), each appended whole by the one record log (`ascp.jsonio.append_line`)
     DIR/.lock         held (flock) by the one process writing the store, with its pid
@@ -22,7 +24,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,39 @@ def _first_difference(old: Any, new: Any, where: str = "") -> str:
             if a != b:
                 return _first_difference(a, b, f"{where}[{i}]")
     return where or "plan"
+
+
+def _same_data(directory: Path, stored: Any, manifest: dict[str, Any],
+               files: Mapping[str, Path] | None) -> dict[str, Any]:
+    """`stored` with each task's data entry taken from `manifest` where both name the same bytes (the
+    same SHA-256 and size, under any data root; an older store's absolute path: the same file), so the
+    rest of the plan compares as a whole; one sentence for a task whose data file differs."""
+    from ascp.caching.files import is_description
+
+    if not isinstance(stored, dict) or not isinstance(stored.get("tasks"), list):
+        return stored
+    new_tasks = {t["name"]: t for t in manifest.get("tasks", [])}
+    tasks = []
+    for task in stored["tasks"]:
+        new = new_tasks.get(task.get("name")) if isinstance(task, dict) else None
+        if new is None or "data" not in task:
+            tasks.append(task)
+            continue
+        old, now = task["data"], new["data"]
+        name = task["name"]
+        file = (files or {}).get(name) or now.get("path")
+        if is_description(old) and is_description(now):
+            if (old["sha256"], old["bytes"]) != (now["sha256"], now["bytes"]):
+                raise AscpError(f"task {name}: {file} has SHA-256 {now['sha256'][:12]}… ({now['bytes']} bytes) but "
+                                f"the store {directory} was run on {old['path']} with SHA-256 {old['sha256'][:12]}… "
+                                f"({old['bytes']} bytes); pass the data file it was run on, or a new --out.")
+        elif isinstance(old, str) and is_description(now) and (  # written before data files were described
+                files is None or name not in files or old != str(Path(files[name]).resolve())):
+            raise AscpError(f"task {name}: the store {directory} names its data file by the absolute path {old}, "
+                                f"not {file}; record it by content with `ascp experiment relocate {directory} "
+                                "--data-root ROOT`, or pass a new --out.")
+        tasks.append({**task, "data": now})
+    return {**stored, "tasks": tasks}
 
 
 def check_out_location(out: Path) -> None:
@@ -108,14 +143,16 @@ class RunStore:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._lock_fd = fd
 
-    def begin(self, manifest: dict[str, Any], spec_text: str) -> None:
-        """Record the plan on the first run, or check that a rerun resolves to the same plan;
+    def begin(self, manifest: dict[str, Any], spec_text: str, data_files: Mapping[str, Path] | None = None) -> None:
+        """Record the plan on the first run, or check that a rerun resolves to the same plan, each task's
+        data file to the same bytes (`data_files`: task name -> the file read, named in the refusal);
         then load the finished keys (a torn last line is not one; the next append cuts it)."""
         plan_path = self.dir / PLAN
         if plan_path.exists():
-            stored = json.loads(plan_path.read_text(encoding="utf-8"))
-            if stored != json.loads(json.dumps(manifest)):
-                field = _first_difference(stored, json.loads(json.dumps(manifest)))
+            new = json.loads(json.dumps(manifest))
+            stored = _same_data(self.dir, json.loads(plan_path.read_text(encoding="utf-8")), new, data_files)
+            if stored != new:
+                field = _first_difference(stored, new)
                 raise AscpError(f"{self.dir} holds a run of a different spec ({field} differs); rerun with the same "
                                 "spec to resume it, or pass a new --out.")
         else:

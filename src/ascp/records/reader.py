@@ -221,14 +221,23 @@ def read_run(folder: str | Path) -> RunFolder:
                      records=read_records(folder / "rounds.jsonl"))
 
 
-def _run_sources(config: dict[str, Any]) -> dict[str, tuple[str, str]]:
-    return {"": (str(config.get("data", "")), str(config.get("format", "auto")))}
+def _run_sources(config: dict[str, Any], folder: Path) -> dict[str, tuple[str, str]]:
+    return {"": (_data_path(config.get("data", ""), folder), str(config.get("format", "auto")))}
+
+
+def _data_path(entry: Any, near: Path | None) -> str:
+    """A recorded data entry as a path to read: a path string as it is; a description
+    (`ascp.caching.files.describe_file`) found under the data root ($ASCP_DATA, else ../shared/data),
+    the current folder, or the folder `near` and its parents (`locate_file`)."""
+    from ascp.caching.files import is_description, locate_file
+
+    return str(locate_file(entry, near=near)) if is_description(entry) else str(entry)
 
 
 def _read_run_results(folder: Path) -> Results:
     run = read_run(folder)
     return Results(path=folder, kind="run", config=run.config, summary=run.summary, units=tuple(run.units()),
-                   sources=_run_sources(run.config))
+                   sources=_run_sources(run.config, folder))
 
 
 def _read_simulation(folder: Path) -> Results:
@@ -250,7 +259,7 @@ def _read_simulation(folder: Path) -> Results:
     config = config if isinstance(config, dict) else {}
     units = tuple(u for _, run in ordered for u in run.units())
     return Results(path=folder, kind="simulation", config={**ordered[0][1].config, **config}, summary=comparison,
-                   units=units, sources=_run_sources(ordered[0][1].config))
+                   units=units, sources=_run_sources(ordered[0][1].config, folder))
 
 
 # ----- experiment stores ---------------------------------------------------------------------------
@@ -302,7 +311,7 @@ def _read_store(directory: Path) -> Results:
     sources = {}
     for task in plan.get("tasks", []):
         if isinstance(task, dict) and "name" in task:
-            sources[str(task["name"])] = (str(task.get("data", "")), str(task.get("format", "auto")))
+            sources[str(task["name"])] = (_data_path(task.get("data", ""), directory), str(task.get("format", "auto")))
     return Results(path=directory, kind="store", config=plan, summary={}, units=tuple(units), sources=sources)
 
 

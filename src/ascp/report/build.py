@@ -10,6 +10,7 @@ import datetime as _dt
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -62,22 +63,45 @@ def shown_path(path: str | Path) -> str:
     return os.path.relpath(Path(path).resolve(), Path.cwd())
 
 
-def fill_from_data(records: list[dict], plan: dict) -> int:
+def shown_data(entry: Any, data_root: str | Path | None = None, near: str | Path | None = None) -> str:
+    """A plan's data entry in a report: the file found here relative to the working directory, else the
+    path the plan recorded."""
+    from ascp.caching.files import is_description
+
+    path = data_file(entry, data_root, near)
+    if path is not None:
+        return shown_path(path)
+    return str(entry["path"]) if is_description(entry) else shown_path(str(entry))
+
+
+def data_file(entry: Any, data_root: str | Path | None = None, near: str | Path | None = None) -> Path | None:
+    """The data file a plan's task entry names, when it is readable here and holds the bytes the plan
+    recorded (`ascp.caching.files.locate_file` under `data_root`, default $ASCP_DATA or ../shared/data,
+    or near the store `near`); None otherwise."""
+    from ascp.caching.files import locate_file, same_content
+
+    path = locate_file(entry, data_root, near)
+    return path if path.is_file() and same_content(entry, path) else None
+
+
+def fill_from_data(records: list[dict], plan: dict, data_root: str | Path | None = None,
+                   near: str | Path | None = None) -> int:
     """Add to each record what needs its task's data file (the gold units and passage texts), when the
     file is readable and every unit of the case has aliases: the evidence ceiling of records written
     before it was recorded, and the answer-rule readings of the same portfolio, `pr_strict_yes_no`
     (no credit for a yes/no question whose portfolio says both), `pr_substring` (ALCE's STR-EM) and
-    `yes_no` (whether the question's gold answer is yes or no). Returns how many records still lack
-    the ceiling."""
+    `yes_no` (whether the question's gold answer is yes or no). A described data file is found under
+    `data_root` (`data_file`). Returns how many records still lack the ceiling."""
     from ascp.data import load_cases
     from ascp.metrics.portfolio import evidence_ceiling, strict_yes_no_recall, substring_recall, yes_no_answer
 
     for task in plan["tasks"]:
         todo = [r for r in records if r["task"] == task["name"]]
-        if not todo or not Path(task["data"]).is_file():
+        path = data_file(task["data"], data_root, near) if todo else None
+        if path is None:
             continue
         try:
-            cases = {c.id: c for c in load_cases(task["data"], format=task.get("format", "auto"), rank_by="given")}
+            cases = {c.id: c for c in load_cases(path, format=task.get("format", "auto"), rank_by="given")}
         except AscpError:  # a file today's loader refuses: the report goes on without what it would add
             continue
         for rec in todo:
@@ -96,7 +120,8 @@ def fill_from_data(records: list[dict], plan: dict) -> int:
 
 def write_report(run_dir: str | Path, out: str | Path | None = None, n_boot: int = 10_000, seed: int = 0,
                  title: str | None = None, claims: tuple[Claim, ...] = (), notes: tuple[str, ...] = (),
-                 used_threshold: UsedThreshold | str | float | None = None, also: tuple[Path, ...] = ()) -> Report:
+                 used_threshold: UsedThreshold | str | float | None = None, also: tuple[Path, ...] = (),
+                 data_root: str | Path | None = None) -> Report:
     """Write the report of the run store `run_dir` into `out` (default `run_dir/report`).
 
     Bootstrap intervals use `n_boot` replicates drawn from `numpy.random.default_rng(seed)`, so the
@@ -129,7 +154,7 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, n_boot: int
     check_parent(out)
 
     tau, tau_source = resolve_used_threshold(used_threshold)  # as given: already resolved at the command line
-    lacking = fill_from_data(records, plan)
+    lacking = fill_from_data(records, plan, data_root, run_dir)
     frame = unit_frame(records, tau)
     rng = np.random.default_rng(seed)
     tables = build_tables(frame, rng, n_boot, claims)
@@ -149,8 +174,8 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, n_boot: int
     name = title or f"ascp report: {plan['name']}"
     intro = [f"Run store: {shown_path(run_dir)}; {len(records)} of {plan['units']} units finished"
              + ("" if len(records) == plan["units"] else " (partial: the run is not complete)") + ".",
-             "Tasks: " + ", ".join(f"{t['name']} ({len(t['cases'])} queries, {shown_path(t['data'])})"
-                                   for t in plan["tasks"])
+             "Tasks: " + ", ".join(f"{t['name']} ({len(t['cases'])} queries, "
+                                   f"{shown_data(t['data'], data_root, run_dir)})" for t in plan["tasks"])
              + f"; models: {', '.join(m['name'] for m in plan['models'])}; seeds: {plan['seeds']}.",
              f"ECR in the tables: used over offered at the width-invariant threshold {tau:.4g} on raw probe "
              f"scores, nats per response token ({tau_source}); ECR@T (Eq. 2) is the relative-to-maximum "

@@ -48,6 +48,10 @@ def write_simulation_report(sim_dir: Path, out: Path | None = None) -> Path:
     out = out if out is not None else sim_dir / "report"
     check_replaceable(out, "index.html", "report")
     check_parent(out)
-    intro = [f"Simulation folder: {sim_dir.resolve()}; data: {comparison.get('config', {}).get('data')}."]
+    from ascp.caching.files import is_description
+    from ascp.report.build import shown_path
+
+    data = comparison.get("config", {}).get("data")
+    intro = [f"Simulation folder: {shown_path(sim_dir)}; data: {data['path'] if is_description(data) else data}."]
     write_report_folder(out, f"ascp report: {sim_dir.name}", intro, [table])
     return out
