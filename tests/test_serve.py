@@ -520,3 +520,41 @@ def test_the_workbench_attributes_highlights_a_sentences_sources_and_browses_run
             page.screenshot(path=str(tmp_path / "workbench-browse.png"))
     finally:
         server.stop()
+
+
+def test_a_client_that_disconnects_while_waiting_frees_its_place(tiny_lm):
+    """Over a real socket (uvicorn in this process): a request queued behind a busy worker whose client
+    closes the connection is taken out of the queue and never run."""
+    import socket
+
+    import uvicorn
+
+    release = threading.Event()
+    service = Service(tiny_lm, ServeDefaults(), ServeLimits(max_queue=4))
+    port = test_lm_engine.free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(service), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.05)
+        service.worker.submit(Job(None, None, lambda batch: [release.wait(60)]))  # the worker is busy
+        body = json.dumps(request(0)).encode()
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            client.sendall(b"POST /v1/attribute HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            deadline = time.time() + 30
+            while service.worker.waiting == 0 and time.time() < deadline:
+                time.sleep(0.02)
+            assert service.worker.waiting == 1  # queued behind the busy worker
+        deadline = time.time() + 30  # the client is gone
+        while service.worker.waiting and time.time() < deadline:
+            time.sleep(0.05)
+        assert service.worker.waiting == 0
+        release.set()
+        time.sleep(0.5)
+        assert service.worker.finished == 1  # only the blocker ran
+    finally:
+        release.set()
+        server.should_exit = True
+        thread.join(30)
