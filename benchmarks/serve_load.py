@@ -8,8 +8,8 @@ sampled response (generated once, then fixed, so every request has a response of
    baseline's seconds, requests per second and records.
 2. A real `ascp serve` on the same model (no request cache): for 1, 4, 16 and 64 concurrent clients,
    every request sent once (as many times as needed for every client to hold one): requests per
-   second, p50/p95/p99 latency, HTTP statuses, requests lost or duplicated, and how far the records are from the baseline's (max |score difference|, used sets
-   that differ).
+   second, p50/p95/p99 latency, HTTP statuses, requests lost or duplicated, and how far the records
+   are from the baseline's (max |score difference|, used sets that differ).
 3. Faults: a service on a request cache is killed (SIGKILL) mid-load by 16 clients and restarted on
    the same cache; the clients resend what they lost. Reported: what they saw, the rows the restarted
    service fed for requests answered before the kill (must be 0) and for the rest.
