@@ -105,17 +105,42 @@ def test_the_record_holds_the_spans_and_reads_back(tiny_lm, tmp_path, cli, tiny_
 def test_spans_bad_input_is_one_sentence(tiny_lm, tmp_path, cli):
     with pytest.raises(AscpError, match="spans must be sentences"):
         ascp.Probe(tiny_lm, "loo", spans="words")
-    with pytest.raises(AscpError, match="estimator 'bm25' keeps no per-token log-probabilities.*use loo or replace or "
-                       "contextcite"):
-        ascp.Probe(tiny_lm, "bm25", spans="sentences")
+    with pytest.raises(AscpError, match="estimator 'hierarchical' cannot read a part of the response.*use loo or "
+                       "replace or contextcite or bm25"):
+        ascp.Probe(tiny_lm, "hierarchical", spans="sentences")
     with pytest.raises(AscpError, match="inside the ProbeSettings"):
         ascp.Probe(tiny_lm, ascp.ProbeSettings("loo"), spans="sentences")
     requests = tmp_path / "requests.jsonl"
     requests.write_text(json.dumps({"id": "r1", "question": QUESTION, "response": RESPONSE,
                                     "passages": [{"id": "a", "text": "x y z"}]}) + "\n")
     out = tmp_path / "out.jsonl"
-    done = cli("attribute", "--input", requests, "--out", out, "--estimator", "qd-cosine", "--spans", "sentences")
-    assert done.exit_code == 2 and "keeps no per-token log-probabilities" in done.output and not out.exists()
+    done = cli("attribute", "--input", requests, "--out", out, "--estimator", "gated", "--spans", "sentences")
+    assert done.exit_code == 2 and "cannot read a part of the response" in done.output and not out.exists()
+
+
+def test_proxies_read_each_sentence_by_its_own_text(tiny_lm):
+    """Per sentence, BM25 ranks the passages for the sentence and the cosines compare the sentence with
+    each passage: checked against bm25s and the embedder called on the sentence text directly."""
+    from ascp.data.ranking import bm25_scores
+    from ascp.embed.embedders import embed
+
+    passages = [ascp.Passage(id="a", text="Mary Shelley wrote Frankenstein in 1818."),
+                ascp.Passage(id="b", text="The first edition was printed in London."),
+                ascp.Passage(id="c", text="Volcanoes erupted that summer.")]
+    response = "Mary Shelley wrote it. It was printed in London."
+    for name in ("bm25", "yd-cosine", "qd-cosine"):
+        result = ascp.Probe(tiny_lm, f"{name}(embedder=hashing)" if "cosine" in name else name,
+                            spans="sentences").attribute("Who wrote Frankenstein?", passages, response)
+        assert [s.text for s in result.spans] == ["Mary Shelley wrote it.", "It was printed in London."]
+        for span in result.spans:
+            if name == "bm25":
+                expected = bm25_scores(span.text, passages)
+            else:
+                vectors = embed([span.text, *(p.full_text for p in passages)], "hashing")
+                expected = vectors[1:] @ vectors[0]
+            assert list(span.reading.scores.values()) == pytest.approx(list(expected), abs=1e-9), (name, span.text)
+        best = [max(s.reading.scores, key=s.reading.scores.get) for s in result.spans]
+        assert best == ["a", "b"], (name, best)
 
 
 def test_causal_citations_follow_each_sentences_reading(tiny_lm):

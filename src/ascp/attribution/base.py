@@ -89,9 +89,10 @@ class Estimator(ABC):
     needs_seed: it draws random numbers and takes a `seed` option (a per-request seed is derived for it
         where a caller probes many requests).
     needs_embedder: it embeds text and takes an `embedder` option (`--embedder`).
-    token_readings: its scores return the per-token log-probabilities of the response under the full
-        prompt and under each passage's ablation (`Scores.full_logprobs`, `ablated_logprobs`), from
-        which any part of the response is read exactly (`spans="sentences"`, `for_span`).
+    token_readings: it reads any part of the response (`Scores.scorer()`, `spans="sentences"`): the
+        ablation estimators from the per-token log-probabilities of the response under the full prompt
+        and under each passage's ablation (`Scores.full_logprobs`, `ablated_logprobs`; `for_span` too),
+        ContextCite by refitting on its masks, the relevance proxies by scoring the part's text.
     """
 
     name: str = ""

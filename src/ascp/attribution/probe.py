@@ -83,7 +83,7 @@ class ProbeSettings:
         object.__setattr__(self, "options", options)
         if check_spans(self.spans) is not None and not estimator_facts(name).token_readings:
             readers = [n for n in estimator_names() if estimator_facts(n).token_readings]
-            raise AscpError(f"estimator {name!r} keeps no per-token log-probabilities, so spans={self.spans!r} "
+            raise AscpError(f"estimator {name!r} cannot read a part of the response, so spans={self.spans!r} "
                             f"cannot read the response's sentences; use {' or '.join(readers)}.")
         if self.threshold is not None:
             object.__setattr__(self, "threshold", float(self.threshold))

@@ -148,7 +148,8 @@ def attribute(
     request_cache: RequestCacheOpt = None,
     spans: Annotated[str | None, typer.Option("--spans", help="sentences: also a reading per response sentence "
                                               "(each record's `spans`), from the passes the estimator already "
-                                              "ran (loo, replace, contextcite).")] = None,
+                                              "ran (loo, replace, contextcite; the proxies score each "
+                                              "sentence's text).")] = None,
 ) -> None:
     """Score how much a fixed (or freshly generated) response relied on each passage."""
     with user_errors():

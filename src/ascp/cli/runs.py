@@ -76,7 +76,8 @@ def run(
     estimator: EstimatorOpt = None,
     threshold: ThresholdOpt = None,
     spans: Annotated[str | None, typer.Option("--spans", help="sentences: also each round's reading per response "
-                                              "sentence (rounds.jsonl `spans`; loo, replace, contextcite).")] = None,
+                                              "sentence (rounds.jsonl `spans`; loo, replace, contextcite, "
+                                              "the proxies).")] = None,
     seed: RunSeedOpt = 0,
     limit: Annotated[int | None, typer.Option("--limit", help="Use only the first N cases.")] = None,
     rank_by: Annotated[str, typer.Option("--rank-by", help="Pool order: auto (the format's default: the file's "

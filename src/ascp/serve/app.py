@@ -36,7 +36,7 @@ from ascp.serve.service import Service, TooLarge, parse_attribute, parse_portfol
 
 log = logging.getLogger("ascp.serve")
 PUBLIC = frozenset({"/", "/docs", "/docs/oauth2-redirect", "/openapi.json"})  # static, no data
-KEY_HEADER = "x-api-key"
+KEY_HEADER = b"x-api-key"
 
 
 def error(status: int, sentence: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -96,14 +96,8 @@ def create_app(service: Service, api_key: str | None = None, root: Path | None =
     app = FastAPI(title="ascp", summary="Causal attribution of RAG responses: which passage, and which sentence, "
                   "a response used.", version=_version(), lifespan=lifespan)
 
-    @app.middleware("http")
-    async def require_key(request: Request, call_next: Any) -> Response:
-        if api_key is not None and request.url.path not in PUBLIC:
-            given = request.headers.get(KEY_HEADER) or _bearer(request.headers.get("authorization", ""))
-            if not given or not hmac.compare_digest(given.encode(), api_key.encode()):
-                return error(401, "this service needs its API key: send it as the X-API-Key header (or "
-                                  "Authorization: Bearer KEY).", {"WWW-Authenticate": "Bearer"})
-        return await call_next(request)
+    if api_key is not None:
+        app.add_middleware(RequireKey, api_key=api_key)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -280,6 +274,26 @@ def create_app(service: Service, api_key: str | None = None, root: Path | None =
         return HTMLResponse(workbench_page(needs_key=api_key is not None, browses=served is not None))
 
     return app
+
+
+class RequireKey:
+    """Every route but the static ones answers 401 without the key (a plain ASGI middleware: one on
+    Starlette's `BaseHTTPMiddleware` would hide a client's disconnect from the routes)."""
+
+    def __init__(self, app: Any, api_key: str) -> None:
+        self.app = app
+        self.key = api_key.encode()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] not in PUBLIC:
+            headers = {name.lower(): value.decode("latin-1") for name, value in scope["headers"]}
+            given = headers.get(KEY_HEADER) or _bearer(headers.get(b"authorization", ""))
+            if not given or not hmac.compare_digest(given.encode("latin-1"), self.key):
+                answer = error(401, "this service needs its API key: send it as the X-API-Key header (or "
+                                    "Authorization: Bearer KEY).", {"WWW-Authenticate": "Bearer"})
+                await answer(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class BadJson(AscpError):
