@@ -540,6 +540,8 @@ def test_a_client_that_disconnects_while_waiting_frees_its_place(tiny_lm):
         while not server.started:
             time.sleep(0.05)
         service.worker.submit(Job(None, None, lambda batch: [release.wait(60)]))  # the worker is busy
+        while service.worker.in_flight == 0:
+            time.sleep(0.01)
         body = json.dumps(request(0)).encode()
         with socket.create_connection(("127.0.0.1", port)) as client:
             client.sendall(b"POST /v1/attribute HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -553,8 +555,11 @@ def test_a_client_that_disconnects_while_waiting_frees_its_place(tiny_lm):
             time.sleep(0.05)
         assert service.worker.waiting == 0
         release.set()
+        deadline = time.time() + 30
+        while service.worker.batches == 0 and time.time() < deadline:
+            time.sleep(0.05)
         time.sleep(0.5)
-        assert service.worker.finished == 1  # only the blocker ran
+        assert service.worker.finished == 1 and service.worker.batches == 1  # only the blocker ran
     finally:
         release.set()
         server.should_exit = True
