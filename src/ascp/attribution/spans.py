@@ -14,7 +14,7 @@ sentences' scores), and `span_readings` reads each span under the probe's thresh
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ascp.errors import AscpError
 from ascp.reading import read_scores
@@ -23,7 +23,16 @@ from ascp.types import SpanReading
 if TYPE_CHECKING:
     import numpy as np
 
-    from ascp.attribution.probe import ProbeReading
+
+class Probed(Protocol):
+    """What a sentence reading needs of a probe step (`ProbeReading` has it): the estimator's span
+    scorer and each response token's characters."""
+
+    @property
+    def span_scores(self) -> Callable[[Sequence[int]], np.ndarray] | None: ...
+
+    @property
+    def token_spans(self) -> tuple[tuple[int, int], ...] | None: ...
 
 SPAN_KINDS = ("sentences",)
 """What `spans=` may name (None: the whole response only)."""
@@ -69,7 +78,7 @@ def assign_tokens(spans: Sequence[tuple[int, int]], token_spans: Sequence[tuple[
     return groups
 
 
-def read_sentences(ids: Sequence[str], probed: ProbeReading, text: str, threshold: float | None,
+def read_sentences(ids: Sequence[str], probed: Probed, text: str, threshold: float | None,
                    where: str, model: str) -> tuple[SpanReading, ...]:
     """THE per-sentence reading of a probed response (`ascp.Probe`, the loop): its sentences read by the
     estimator's span scorer over the passes it ran, or one sentence when the model gave no token offsets."""
