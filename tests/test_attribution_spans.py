@@ -259,3 +259,25 @@ def test_contextcite_refits_its_surrogate_per_sentence(tiny_lm):
         np.testing.assert_allclose([span.reading.scores[p.id] for p in PASSAGES], lasso.coef_ / scale, atol=1e-4)
     assert result.tokens_processed == ascp.attribute(QUESTION, PASSAGES, RESPONSE, model=tiny_lm,
                                                      estimator="contextcite(num_ablations=12)").tokens_processed
+
+
+def test_check_citations_reads_each_sentences_citations_against_its_own_reading(tiny_lm):
+    """A response that carries its own citations, attributed per sentence: each citation belongs to the
+    sentence it follows, and each sentence's citations are compared with that sentence's used set."""
+    from ascp.metrics.citations import check_citations
+
+    passages = [ascp.Passage(id="a", text="Mary Shelley wrote Frankenstein."),
+                ascp.Passage(id="b", text="The first edition appeared in 1818."),
+                ascp.Passage(id="c", text="It was printed in London.")]
+    response = "Mary Shelley wrote it.[1] The first edition came in 1818 [3][b]. Nothing else is known."
+    result = ascp.Probe(tiny_lm, spans="sentences").attribute("Who wrote Frankenstein?", passages, response)
+    check = check_citations(result)
+    assert [s.text for s in check.sentences][1:] == ["The first edition came in 1818 [3][b].",
+                                                     "Nothing else is known."]
+    assert [s.check.cited for s in check.sentences] == [("a",), ("c", "b"), ()]
+    for sentence, span in zip(check.sentences, result.spans, strict=True):
+        used = set(span.reading.used)
+        assert set(sentence.check.cited_and_used) == set(sentence.check.cited) & used
+        assert set(sentence.check.used_not_cited) == used - set(sentence.check.cited)
+    assert check.cited == ("a", "c", "b")  # the whole response's check is unchanged
+    assert check_citations(result, "Another text [2].").sentences == ()  # other text: no sentence readings

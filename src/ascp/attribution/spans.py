@@ -47,16 +47,18 @@ def check_spans(spans: object) -> str | None:
 
 
 def sentence_spans(text: str, language: str = "en") -> list[tuple[int, int]]:
-    """Character spans [start, end) of the sentences of `text`, each without its trailing whitespace;
-    in order, covering every non-space character (a text with no sentence boundary is one sentence)."""
+    """Character spans [start, end) of the sentences of `text`, each without the whitespace around it
+    (sentencex may open a sentence with the space after a citation marker); in order, covering every
+    non-space character (a text with no sentence boundary is one sentence)."""
     import sentencex
 
     out = []
     for bound in sentencex.get_sentence_boundaries(language, text):
         start, end = int(bound["start_index"]), int(bound["end_index"])
-        stripped = len(text[start:end].rstrip())
-        if stripped:
-            out.append((start, start + stripped))
+        piece = text[start:end]
+        if piece.strip():
+            start += len(piece) - len(piece.lstrip())
+            out.append((start, start + len(piece.strip())))
     return out
 
 

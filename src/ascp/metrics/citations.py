@@ -27,6 +27,7 @@ class CitationCheck:
     cited_and_used: tuple[str, ...]
     cited_not_used: tuple[str, ...]  # the response credits a passage the probe finds it did not use
     used_not_cited: tuple[str, ...]  # the response relied on a passage without crediting it
+    sentences: tuple[SentenceCitations, ...] = ()  # per sentence, when the result holds sentence readings
 
     @property
     def precision(self) -> float:
@@ -34,31 +35,66 @@ class CitationCheck:
         return len(self.cited_and_used) / len(self.cited) if self.cited else float("nan")
 
 
-def check_citations(result: AttributionResult, response: str | None = None) -> CitationCheck:
-    """Compare the citations in `response` (default: the attributed response) with `result.used`.
-    A citation that names no passage of the context raises one sentence."""
-    text = result.response if response is None else response
-    ids = list(result.scores)
-    cited: dict[str, None] = {}
+@dataclass(frozen=True)
+class SentenceCitations:
+    """One sentence of the attributed response: its own citations against its own reading's used set."""
+
+    start: int
+    end: int
+    text: str
+    check: CitationCheck
+
+
+def _citations(text: str, ids: list[str]) -> list[tuple[int, str]]:
+    """(character offset, passage id) of every citation in `text`; one sentence for one naming no passage."""
+    found = []
     for match in CITATION.finditer(text):
         tokens = [t.strip() for t in match.group(1).split(",")]
         if not all(_ID_LIKE.match(t) for t in tokens):
             continue  # prose in brackets, not a citation
         for token in tokens:
-            if token in result.scores:
-                cited.setdefault(token, None)
+            if token in ids:
+                found.append((match.start(), token))
             elif token.isdigit() and 1 <= int(token) <= len(ids):
-                cited.setdefault(ids[int(token) - 1], None)
+                found.append((match.start(), ids[int(token) - 1]))
             else:
                 raise AscpError(f"citation [{token}] in the response names no passage of the context "
                                 f"(ids: {', '.join(ids)}; or a number 1..{len(ids)}).")
-    used = set(result.used)
-    return CitationCheck(
-        cited=tuple(cited),
-        cited_and_used=tuple(d for d in cited if d in used),
-        cited_not_used=tuple(d for d in cited if d not in used),
-        used_not_cited=tuple(d for d in ids if d in used and d not in cited),
-    )
+    return found
+
+
+def _compare(cited_ids: list[str], used: set[str], ids: list[str]) -> CitationCheck:
+    cited = tuple(dict.fromkeys(cited_ids))
+    return CitationCheck(cited=cited, cited_and_used=tuple(d for d in cited if d in used),
+                         cited_not_used=tuple(d for d in cited if d not in used),
+                         used_not_cited=tuple(d for d in ids if d in used and d not in cited))
+
+
+def check_citations(result: AttributionResult, response: str | None = None) -> CitationCheck:
+    """Compare the citations in `response` (default: the attributed response) with `result.used`.
+    A citation that names no passage of the context raises one sentence.
+
+    When `result` holds per-sentence readings (`spans="sentences"`) and the citations are read from the
+    attributed response itself, `sentences` checks each sentence's citations against that sentence's
+    own used set. A citation belongs to the sentence it follows: the one whose text it lies in, or the
+    one before when it opens a sentence (`It was built.[1] It stands.`: [1] cites the first)."""
+    text = result.response if response is None else response
+    ids = list(result.scores)
+    found = _citations(text, ids)
+    whole = _compare([pid for _, pid in found], set(result.used), ids)
+    if not result.spans or text != result.response:
+        return whole
+    owner: list[list[str]] = [[] for _ in result.spans]
+    for at, pid in found:
+        index = max((i for i, span in enumerate(result.spans) if span.start <= at), default=0)
+        opening = CITATION.sub("", text[result.spans[index].start:at]).strip() == ""
+        if opening and index > 0 and at < result.spans[index].end:
+            index -= 1  # a citation that opens a sentence cites the one before it
+        owner[index].append(pid)
+    sentences = tuple(SentenceCitations(span.start, span.end, span.text,
+                                        _compare(owner[i], set(span.reading.used), ids))
+                      for i, span in enumerate(result.spans))
+    return CitationCheck(whole.cited, whole.cited_and_used, whole.cited_not_used, whole.used_not_cited, sentences)
 
 
 MARKERS = ("positions", "ids")
