@@ -135,12 +135,56 @@ def load(service: Service, requests: Sequence[dict], clients: int) -> dict[str, 
             "tokens_fed": sum(r["tokens_processed"] for r in records), "records": records}
 
 
+def run_faults(work: Path, requests: Sequence[dict]) -> dict[str, Any]:
+    """SIGKILL mid-load by 16 clients, a restart on the same request cache, what was lost resent."""
+    cache = work / "requests.sqlite"
+    killed = Service(work / "kill.log", "--request-cache", str(cache)).start()
+    answered: dict[str, dict] = {}
+    seen = {"answered": 0, "connection_lost": 0, "other": 0}
+
+    def send(body: dict) -> None:
+        try:
+            status, answer = killed.call("POST", "/v1/attribute", body)
+        except (OSError, urllib.error.URLError):
+            seen["connection_lost"] += 1
+            return
+        if status == 200:
+            answered[answer["id"]] = answer
+            seen["answered"] += 1
+        else:
+            seen["other"] += 1
+
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        futures = [pool.submit(send, r) for r in requests]
+        while killed.call("GET", "/v1/health")[1]["finished"] < len(requests) // 3:
+            time.sleep(0.1)
+        code = killed.stop(signal.SIGKILL)
+        concurrent.futures.wait(futures)
+    killed.start()
+    for request in requests:
+        if request["id"] in answered:
+            killed.call("POST", "/v1/attribute", request)
+    after_finished = killed.call("GET", "/v1/health")[1]["request_cache"]
+    resent = [killed.call("POST", "/v1/attribute", r) for r in requests if r["id"] not in answered]
+    after_rest = killed.call("GET", "/v1/health")[1]["request_cache"]
+    killed.stop()
+    faults = {"killed_exit": code, "clients_saw": seen, "answered_before_kill": len(answered),
+              "resent_finished": len(answered), "rows_fed_for_finished": after_finished["score_misses"],
+              "tokens_saved_for_finished": after_finished["tokens_saved"],
+              "resent_unfinished": len(resent), "answered_after_restart": sum(s == 200 for s, _ in resent),
+              "rows_fed_for_unfinished": after_rest["score_misses"] - after_finished["score_misses"],
+              "rows_answered_from_cache_for_unfinished": after_rest["score_hits"] - after_finished["score_hits"]}
+    print(json.dumps(faults), flush=True)
+    return faults
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for results.json and README.md")
     parser.add_argument("--per-task", type=int, default=16, help="requests per task (default 16)")
     parser.add_argument("--clients", default="1,4,16,64", help="concurrent clients per level")
     parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--no-faults", action="store_true", help="skip the SIGKILL phase")
     args = parser.parse_args(argv)
     missing = [str(p) for p in FILES.values() if not p.is_file()]
     if missing:
@@ -188,51 +232,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         service.stop()
 
-    # Faults: SIGKILL mid-load, restart on the same request cache, resend what was lost.
-    cache = work / "requests.sqlite"
-    killed = Service(work / "kill.log", "--request-cache", str(cache)).start()
-    answered: dict[str, dict] = {}
-    seen = {"answered": 0, "connection_lost": 0, "other": 0}
-
-    def send(body: dict) -> None:
-        try:
-            status, answer = killed.call("POST", "/v1/attribute", body)
-        except (OSError, urllib.error.URLError):
-            seen["connection_lost"] += 1
-            return
-        if status == 200:
-            answered[answer["id"]] = answer
-            seen["answered"] += 1
-        else:
-            seen["other"] += 1
-
-    with concurrent.futures.ThreadPoolExecutor(16) as pool:
-        futures = [pool.submit(send, r) for r in requests]
-        while killed.call("GET", "/v1/health")[1]["finished"] < len(requests) // 3:
-            time.sleep(0.1)
-        code = killed.stop(signal.SIGKILL)
-        concurrent.futures.wait(futures)
-    killed.start()
-    for request in requests:
-        if request["id"] in answered:
-            killed.call("POST", "/v1/attribute", request)
-    after_finished = killed.call("GET", "/v1/health")[1]["request_cache"]
-    resent = [killed.call("POST", "/v1/attribute", r) for r in requests if r["id"] not in answered]
-    after_rest = killed.call("GET", "/v1/health")[1]["request_cache"]
-    killed.stop()
-    faults = {"killed_exit": code, "clients_saw": seen, "answered_before_kill": len(answered),
-              "resent_finished": len(answered), "rows_fed_for_finished": after_finished["score_misses"],
-              "tokens_saved_for_finished": after_finished["tokens_saved"],
-              "resent_unfinished": len(resent), "answered_after_restart": sum(s == 200 for s, _ in resent),
-              "rows_fed_for_unfinished": after_rest["score_misses"] - after_finished["score_misses"],
-              "rows_answered_from_cache_for_unfinished": after_rest["score_hits"] - after_finished["score_hits"]}
-    print(json.dumps(faults), flush=True)
+    faults = run_faults(work, requests) if not args.no_faults else None
 
     machine = (f"{platform.processor() or platform.machine()}, nproc={os.cpu_count()}, "
                f"Python {platform.python_version()}")
     command = "python benchmarks/serve_load.py --out docs/results/serve " + " ".join(
         f"--{k.replace('_', '-')} {v}" for k, v in (("per_task", args.per_task), ("clients", args.clients),
-                                                     ("max_new_tokens", args.max_new_tokens)))
+                                                     ("max_new_tokens", args.max_new_tokens))) + (
+        " --no-faults" if args.no_faults else "")
     result = {"command": command, "machine": machine, "requests": len(requests), "k": K,
               "response_tokens": {"mean": sum(response_tokens) / len(response_tokens), "max": max(response_tokens)},
               "one_process": {"seconds": round(base_seconds, 2), "rps": round(len(requests) / base_seconds, 3),
@@ -253,8 +260,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                      f"{row['p95_s']:.2f} | {row['p99_s']:.2f} | {row['statuses']} | {row['lost']} | "
                      f"{row['duplicated']} | {row['max_score_diff']:.1e} | {row['used_differ']} | "
                      f"{row['tokens_fed']:,} |")
-    lines += ["", "Faults (16 clients, SIGKILL after a third of the requests, restart on the same request cache):",
-              "", "```json", json.dumps(faults, indent=2), "```", ""]
+    if faults is not None:
+        lines += ["", "Faults (16 clients, SIGKILL after a third of the requests, restart on the same request "
+                  "cache):", "", "```json", json.dumps(faults, indent=2), "```", ""]
     (args.out / "README.md").write_text("\n".join(lines), encoding="utf-8")
     print(f"wrote {args.out}/results.json and README.md")
     return 0

@@ -157,7 +157,7 @@ def create_app(service: Service, api_key: str | None = None, root: Path | None =
                               "is back.", {"Retry-After": "5"})
         waiter = asyncio.wrap_future(future)
         while not waiter.done():
-            await asyncio.wait({waiter}, timeout=0.25)
+            await asyncio.wait({waiter}, timeout=1.0)  # a disconnect is seen within a second
             if not waiter.done() and await request.is_disconnected():
                 service.worker.cancel(job)  # a job not yet started frees its place in the queue
                 return Response(status_code=499)
