@@ -138,3 +138,48 @@ def test_selecting_a_sentence_of_an_attribution_page_reads_the_passages_by_it(ti
                 assert f"sentence {i + 1}: {score:+.4f}" in page.inner_text(f"[data-passage='{pid}'] .score")
         page.click(f"[data-sentence='{len(result.spans) - 1}']")
         assert used() == set(result.used) and page.inner_text("[data-passage='a'] .score") == ""
+
+
+@needs_chromium
+def test_selecting_a_sentence_of_a_round_in_the_view_page_marks_its_passages(tiny_model_dir, tmp_path, cli):
+    """`ascp view` of a run read per sentence, clicked in Chromium: a round's response sentence marks the
+    context passages its own reading used, with their scores; selecting it again restores the round's."""
+    from conftest import chromium_page
+
+    cases = [{"id": f"c{c}", "question": "when was the author born?", "answers": [["1850"]],
+              "pool": [{"id": f"c{c}d{i}", "title": "T", "text": f"The author was born in {1850 + i}. He wrote books."}
+                       for i in range(6)]} for c in range(2)]
+    data = tmp_path / "cases.jsonl"
+    data.write_text("".join(json.dumps(c) + "\n" for c in cases), encoding="utf-8")
+    run = tmp_path / "run"
+    done = cli("run", "--data", data, "--policy", "rotate", "--k", "3", "--T", "2", "--model", tiny_model_dir,
+               "--backend", "hf", "--max-new-tokens", "24", "--embedder", "hashing", "--out", run, "--spans",
+               "sentences")
+    assert done.exit_code == 0, done.output
+    rounds = [json.loads(line) for line in (run / "rounds.jsonl").read_text().splitlines()]
+    done = cli("view", run, "--out", tmp_path / "view.html")
+    assert done.exit_code == 0, done.output
+    with chromium_page() as page:
+        page.goto((tmp_path / "view.html").as_uri())
+        page.wait_for_selector("body[data-ready='1']")
+        checked = 0
+        for r in rounds:
+            row = page.locator(f"tr[data-attribution='{r['case_id']}/rotate/{r['round']}']")
+            items = row.locator("[data-passage]")
+
+            def used(items=items) -> set[str]:
+                return {items.nth(i).get_attribute("data-passage") for i in range(items.count())
+                        if items.nth(i).get_attribute("data-used") == "1"}
+
+            assert used() == set(r["used"])
+            for i, span in enumerate(r.get("spans", [])):
+                row.locator(f"[data-sentence='{i}']").click()
+                assert used() == set(span["used"])
+                first = r["context"][0]
+                assert f"sentence {i + 1}: {span['scores'][first]:+.4f}" in row.locator(
+                    f"[data-passage='{first}'] .score").inner_text()
+                checked += 1
+            if r.get("spans"):
+                row.locator(f"[data-sentence='{len(r['spans']) - 1}']").click()
+                assert used() == set(r["used"])
+        assert checked >= 2

@@ -9,10 +9,11 @@ marks the ones it used and shows its scores; selecting it again shows the whole 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from html import escape
 
 from ascp.render.rows import passage_rows
-from ascp.types import AttributionResult, Portfolio
+from ascp.types import AttributionResult, Portfolio, SpanReading
 
 STYLE = (
     "<style>.ascp{font-family:system-ui,sans-serif;font-size:13px;max-width:60em}"
@@ -71,20 +72,20 @@ def _shade(normalized: float) -> str:
     return f"background:rgba(255,170,0,{0.08 + 0.72 * alpha:.3f})" if alpha > 0 else "background:#fff"
 
 
-def _response(result: AttributionResult) -> str:
-    """The response as text, or as selectable sentences when the result holds per-sentence readings."""
-    if not result.spans:
-        return escape(result.response)
+def response_html(response: str, spans: Sequence[SpanReading]) -> str:
+    """The response as text, or as selectable sentences when it was read per sentence (`spans`)."""
+    if not spans:
+        return escape(response)
     parts, at = [], 0
-    for i, span in enumerate(result.spans):
+    for i, span in enumerate(spans):
         reading = {"scores": span.reading.scores, "normalized": span.reading.normalized,
                    "used": list(span.reading.used)}
-        parts.append(escape(result.response[at:span.start]))
+        parts.append(escape(response[at:span.start]))
         parts.append(f"<span class='sent{'' if span.reading.used else ' unsupported'}' data-sentence='{i}' "
                      f"data-reading='{escape(json.dumps(reading))}' title='used: "
                      f"{escape(', '.join(span.reading.used) or 'none')}'>{escape(span.text)}</span>")
         at = span.end
-    parts.append(escape(result.response[at:]))
+    parts.append(escape(response[at:]))
     return "".join(parts)
 
 
@@ -93,7 +94,8 @@ def attribution_body(result: AttributionResult) -> str:
     its normalised score; used ones marked."""
     unit = result.unit
     hint = " (select a sentence to read the passages by it)" if result.spans else ""
-    parts = [f"<div class='resp'><b>response</b> ({result.response_tokens} tokens){hint}: {_response(result)}</div>"]
+    parts = [f"<div class='resp'><b>response</b> ({result.response_tokens} tokens){hint}: "
+             f"{response_html(result.response, result.spans)}</div>"]
     for row in passage_rows(result):
         title = f"{result.estimator} {row.score:+.4f} {unit}; normalised {row.normalized:.3f}"
         parts.append(

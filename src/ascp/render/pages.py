@@ -11,14 +11,15 @@ from typing import Any
 
 from ascp.errors import AscpError
 from ascp.records import Results
-from ascp.render.html import SENTENCE_SCRIPT, STYLE, attribution_body
+from ascp.render.html import SENTENCE_SCRIPT, STYLE, attribution_body, response_html
 from ascp.types import AttributionResult, Case, Round
 
 PAGE_STYLE = (
     "<style>body{margin:16px}.ascp h2{font-size:15px;margin:18px 0 4px}"
     ".ascp .case{border-top:1px solid #ccc;padding-top:6px}.ascp .hidden{display:none}"
     ".ascp .bar{position:sticky;top:0;background:#fff;padding:6px 0;border-bottom:1px solid #ddd}"
-    ".ascp .units{color:#1f4f8f}.ascp .metrics{color:#555}</style>"
+    ".ascp .units{color:#1f4f8f}.ascp .metrics{color:#555}.ascp .ctx.used{font-weight:700}"
+    ".ascp .ctx:not(.used) .tag{display:none}.ascp .ctx{border-radius:3px;padding:0 2px}</style>"
 )
 # Filter the sections by a search string (and, for attributions, to requests that used something).
 SCRIPT = """<script>
@@ -66,6 +67,15 @@ def attribution_page(results: Sequence[AttributionResult], questions: Mapping[st
 
 
 # ----- runs --------------------------------------------------------------------------------------
+def _context_item(r: Round, pid: str) -> str:
+    """A passage of a round's context: bold with * when used; a sentence selected in the response
+    re-marks it by the sentence's reading (`SENTENCE_SCRIPT`)."""
+    used = pid in r.used
+    return (f"<span class='ctx{' used' if used else ''}' data-passage='{escape(pid)}' data-used='{int(used)}' "
+            f"data-normalized='{r.normalized.get(pid, 0.0):.6f}' data-whole-used='{int(used)}'>{escape(pid)}"
+            f"<span class='tag'>*</span><span class='score'></span></span>")
+
+
 def folder_view(directory: Path, may_read: Callable[[Path], bool] | None = None) -> tuple[str, str | None]:
     """The page of a run folder, simulation or experiment store (`ascp view`, the workbench) and a
     note when its questions and answer units are not shown: the data file the run read is absent, or
@@ -126,15 +136,15 @@ def run_page(results: Results, cases: Mapping[str, Case] | None, title: str) -> 
                 continue
             shown = ", ".join(f"{k} {row[k]:.3f}" for k in metric_keys if isinstance(row.get(k), (int, float)))
             parts.append(f"<div><b>{escape(name)}</b> <span class='metrics'>{escape(shown)}</span></div>"
-                         "<table><tr><th>t</th><th>context (used in bold, *)</th><th>response</th>"
+                         "<table><tr><th>t</th><th>context (used: *)</th><th>response</th>"
                          "<th>units recovered</th></tr>")
             units = case.units if case and case.units and all(u.aliases for u in case.units) else ()
             for r in rounds.get(cid, []):
-                context = ", ".join(f"<b data-used='1'>{escape(d)}*</b>" if d in r.used
-                                    else f"<span data-used='0'>{escape(d)}</span>" for d in r.context)
+                context = ", ".join(_context_item(r, d) for d in r.context)
                 found = recovered_per_response(units, [r.response], None)[0] if units and r.response else set()
                 recovered = ", ".join(escape(units[i].aliases[0]) for i in sorted(found))
-                parts.append(f"<tr><td>{r.round}</td><td>{context}</td><td>{escape(r.response)}</td>"
+                parts.append(f"<tr data-attribution='{escape(cid)}/{escape(name)}/{r.round}'><td>{r.round}</td>"
+                             f"<td>{context}</td><td>{response_html(r.response, r.spans)}</td>"
                              f"<td class='units'>{recovered}</td></tr>")
             parts.append("</table>")
         parts.append("</div>")
