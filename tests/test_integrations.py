@@ -88,3 +88,53 @@ def test_haystack_component_runs_alone_and_in_a_pipeline(tiny_lm, monkeypatch):
         d.meta["ascp_used"] for d in alone["documents"]]
     with pytest.raises(AscpError, match="got no reply"):
         AscpAttributor(probe).run(query=QUESTION, replies=[], documents=docs)
+
+
+# ----- per sentence, in every adapter ---------------------------------------------------------------
+SENTENCED = "Mary Shelley wrote the novel. It was published in 1818."
+
+
+def expected_sentences(result, pid: str) -> list[dict]:
+    """The reading of passage `pid` per answer sentence, from the probe's own result."""
+    return [{"text": s.text, "start": s.start, "end": s.end, "score": s.reading.scores[pid],
+             "normalized": s.reading.normalized[pid], "used": pid in s.reading.used} for s in result.spans]
+
+
+def test_every_adapter_returns_the_per_sentence_readings_of_a_sentence_probe(tiny_lm, monkeypatch):
+    """With `Probe(model, spans="sentences")`, LangChain documents, LlamaIndex nodes and Haystack
+    documents carry `ascp_sentences`: this passage's reading by each answer sentence."""
+    probe = ascp.Probe(tiny_lm, threshold=0.2, spans="sentences")
+    passages = [{"id": "shelley", "title": "Shelley", "text": DOCS[0].page_content},
+                {"id": "2", "text": DOCS[1].page_content},
+                {"id": "ed", "title": "Edition", "text": DOCS[2].page_content}]
+    expected = probe.attribute(QUESTION, passages, SENTENCED)
+    assert [s.text for s in expected.spans] == ["Mary Shelley wrote the novel.", "It was published in 1818."]
+    out = annotate_documents(QUESTION, DOCS, SENTENCED, probe=probe)
+    assert [d.metadata["ascp_sentences"] for d in out] == [expected_sentences(expected, p) for p in expected.scores]
+    assert "ascp_sentences" not in annotate_documents(QUESTION, DOCS, SENTENCED,
+                                                      probe=ascp.Probe(tiny_lm))[0].metadata  # whole answer only
+
+    pytest.importorskip("llama_index.core", reason="LlamaIndex is an optional extra: pip install 'ascp[llamaindex]'")
+    from llama_index.core.base.response.schema import Response
+    from llama_index.core.schema import NodeWithScore, TextNode
+
+    from ascp.integrations.llamaindex import annotate_response
+
+    nodes = [NodeWithScore(node=TextNode(text=d.page_content, id_=f"n{i}", metadata=dict(d.metadata)), score=0.5)
+             for i, d in enumerate(DOCS)]
+    annotated = annotate_response(QUESTION, Response(response=SENTENCED, source_nodes=nodes), probe=probe)
+    by_node = probe.attribute(QUESTION, [{"id": f"n{i}", "title": d.metadata.get("title", ""), "text": d.page_content}
+                                         for i, d in enumerate(DOCS)], SENTENCED)
+    assert [n.node.metadata["ascp_sentences"] for n in annotated.source_nodes] == [
+        expected_sentences(by_node, f"n{i}") for i in range(3)]
+
+    monkeypatch.setenv("HAYSTACK_TELEMETRY_ENABLED", "False")
+    haystack = pytest.importorskip("haystack", reason="Haystack is an optional extra: pip install 'ascp[haystack]'")
+    from ascp.integrations.haystack import AscpAttributor
+
+    docs = [haystack.Document(content=d.page_content, meta=dict(d.metadata), id=f"h{i}") for i, d in enumerate(DOCS)]
+    run = AscpAttributor(probe).run(query=QUESTION, replies=[SENTENCED], documents=docs)
+    by_doc = probe.attribute(QUESTION, [{"id": f"h{i}", "title": d.metadata.get("title", ""), "text": d.page_content}
+                                        for i, d in enumerate(DOCS)], SENTENCED)
+    assert [d.meta["ascp_sentences"] for d in run["documents"]] == [expected_sentences(by_doc, f"h{i}")
+                                                                     for i in range(3)]

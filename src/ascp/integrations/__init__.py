@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
+from typing import Any
 
 from ascp.errors import AscpError
+from ascp.types import AttributionResult
 
 
 def require(module: str, extra: str) -> ModuleType:
@@ -15,3 +17,17 @@ def require(module: str, extra: str) -> ModuleType:
     except ImportError:
         raise AscpError(f"this adapter needs {module.split('.')[0]}, which is not installed; install it with "
                         f"`pip install -e '.[{extra}]'` in a clone of ascp.") from None
+
+
+def reading_metadata(result: AttributionResult, passage_id: str) -> dict[str, Any]:
+    """What every adapter writes into a document's metadata: `ascp_score` (raw), `ascp_normalized`,
+    `ascp_used`, and, when the probe read the answer per sentence (`Probe(..., spans="sentences")`),
+    `ascp_sentences`: per answer sentence, its text and characters and this passage's reading by it."""
+    meta: dict[str, Any] = {"ascp_score": result.scores[passage_id], "ascp_normalized": result.normalized[passage_id],
+                            "ascp_used": passage_id in result.used}
+    if result.spans:
+        meta["ascp_sentences"] = [{"text": s.text, "start": s.start, "end": s.end,
+                                   "score": s.reading.scores[passage_id],
+                                   "normalized": s.reading.normalized[passage_id],
+                                   "used": passage_id in s.reading.used} for s in result.spans]
+    return meta

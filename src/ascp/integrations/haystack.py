@@ -8,7 +8,8 @@
 
 `run(query, replies, documents)` scores the first reply against the documents (in their order,
 the probe's context order) and returns the documents as copies with `meta["ascp_score"]`,
-`meta["ascp_normalized"]` and `meta["ascp_used"]`, and `used`, the used ones. A document's
+`meta["ascp_normalized"]` and `meta["ascp_used"]` (and `meta["ascp_sentences"]` per answer sentence
+when the probe reads sentences: `Probe(model, spans="sentences")`), and `used`, the used ones. A document's
 passage id is its `id`, its title `meta["title"]`, its text `content`.
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 
 from ascp.api import Probe
 from ascp.errors import AscpError
-from ascp.integrations import require
+from ascp.integrations import reading_metadata, require
 from ascp.types import Passage
 
 haystack = require("haystack", "haystack")
@@ -40,8 +41,7 @@ class AscpAttributor:
                     for d in documents]
         result = self.probe.attribute(query, passages, replies[0])
         annotated = [
-            dataclasses.replace(d, meta={**(d.meta or {}), "ascp_score": result.scores[p.id],
-                                         "ascp_normalized": result.normalized[p.id], "ascp_used": p.id in result.used})
+            dataclasses.replace(d, meta={**(d.meta or {}), **reading_metadata(result, p.id)})
             for d, p in zip(documents, passages, strict=True)
         ]
         return {"documents": annotated, "used": [d for d in annotated if d.meta["ascp_used"]]}

@@ -6,7 +6,9 @@
 
 Documents keep their order (the context order of the probe) and come back as copies with
 `metadata["ascp_score"]` (raw score, nats per response token for `loo`),
-`metadata["ascp_normalized"]` and `metadata["ascp_used"]`. A document's passage id is its `id`,
+`metadata["ascp_normalized"]` and `metadata["ascp_used"]` (and `metadata["ascp_sentences"]`, the
+reading per answer sentence, when the probe reads sentences: `Probe(model, spans="sentences")`). A
+document's passage id is its `id`,
 else `metadata["id"]`, else its position ("1".."n"); its title is `metadata["title"]` if any.
 """
 
@@ -17,7 +19,7 @@ from typing import Any
 
 from ascp.api import Probe
 from ascp.errors import AscpError
-from ascp.integrations import require
+from ascp.integrations import reading_metadata, require
 from ascp.types import AttributionResult, Passage
 
 
@@ -38,8 +40,7 @@ def annotate_documents(question: str, documents: Sequence[Any], answer: str | No
     result: AttributionResult = probe.attribute(question, _passages(documents), answer)
     out = []
     for doc, pid in zip(documents, result.scores, strict=True):
-        meta = {**(doc.metadata or {}), "ascp_score": result.scores[pid],
-                "ascp_normalized": result.normalized[pid], "ascp_used": pid in result.used}
+        meta = {**(doc.metadata or {}), **reading_metadata(result, pid)}
         out.append(doc.model_copy(update={"metadata": meta}))
     return out
 

@@ -6,7 +6,8 @@
     [(n.node.metadata["ascp_score"], n.node.metadata["ascp_used"]) for n in response.source_nodes]
 
 The source nodes keep their order (the probe's context order) and their retriever `score`; each
-node comes back as a copy whose metadata has `ascp_score`, `ascp_normalized` and `ascp_used`.
+node comes back as a copy whose metadata has `ascp_score`, `ascp_normalized` and `ascp_used` (and
+`ascp_sentences` per answer sentence when the probe reads sentences: `Probe(model, spans="sentences")`).
 A node's passage id is its `node_id`, its title `metadata["title"]` (or `file_name`), its text
 `get_content()` without metadata.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ascp.api import Probe
-from ascp.integrations import require
+from ascp.integrations import reading_metadata, require
 from ascp.types import Passage
 
 
@@ -31,8 +32,7 @@ def annotate_nodes(question: str, nodes: list[Any], answer: str | None, *, probe
     result = probe.attribute(question, passages, answer)
     out = []
     for item, pid in zip(nodes, result.scores, strict=True):
-        meta = {**(item.node.metadata or {}), "ascp_score": result.scores[pid],
-                "ascp_normalized": result.normalized[pid], "ascp_used": pid in result.used}
+        meta = {**(item.node.metadata or {}), **reading_metadata(result, pid)}
         out.append(schema.NodeWithScore(node=item.node.model_copy(update={"metadata": meta}), score=item.score))
     return out
 
