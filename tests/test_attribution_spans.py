@@ -56,7 +56,7 @@ def test_sentences_split_the_response_in_order():
     assert groups == [[0, 1, 2, 3], [4, 5, 6, 7, 8], [9, 10]]  # " It" opens the second sentence, " Yes" the third
 
 
-@pytest.mark.parametrize("estimator", ["loo", "replace"])
+@pytest.mark.parametrize("estimator", ["loo", "replace", "hierarchical(group_size=2, refine_top=1)"])
 def test_sentence_readings_come_from_the_same_passes(tiny_lm, estimator):
     whole = ascp.attribute(QUESTION, PASSAGES, RESPONSE, model=tiny_lm, estimator=estimator)
     split = ascp.attribute(QUESTION, PASSAGES, RESPONSE, model=tiny_lm, estimator=estimator, spans="sentences")
@@ -87,6 +87,41 @@ def test_sentence_loo_equals_a_naive_leave_one_out(tiny_lm):
         np.testing.assert_allclose([span.reading.scores[p.id] for p in PASSAGES], expected, atol=5e-3)
 
 
+def test_hierarchical_reads_each_sentence_from_its_own_deletions(tiny_lm):
+    """Per sentence, `hierarchical` reads the deletions it ran over the sentence's tokens: a refined
+    passage as a naive leave-one-out, an unrefined one as its group's naive deletion shared; groups of
+    one passage give `loo`'s sentences."""
+    passages = [*PASSAGES[:2], Passage("d", "Frankenstein is a novel about a scientist.", "Frankenstein"),
+                PASSAGES[2]]  # on the tiny model the group (a, b) is refined and (d, c) shared
+    result = ascp.attribute(QUESTION, passages, RESPONSE, model=tiny_lm, spans="sentences",
+                            estimator="hierarchical(group_size=2, refine_top=1)")
+    loo = ascp.attribute(QUESTION, passages, RESPONSE, model=tiny_lm, spans="sentences")
+    ones = ascp.attribute(QUESTION, passages, RESPONSE, model=tiny_lm, spans="sentences",
+                          estimator="hierarchical(group_size=1)")
+    for a, b in zip(ones.spans, loo.spans, strict=True):
+        assert a.reading.scores == pytest.approx(b.reading.scores, abs=1e-9)
+    groups = assign_tokens(sentence_spans(RESPONSE), tiny_lm.response_token_spans(RESPONSE), RESPONSE)
+    ids = tiny_lm.encode(RESPONSE)
+
+    def logprobs(kept):
+        return np.asarray(tiny_lm.score([tiny_lm.encode_prompt(QUESTION, kept).ids], ids,
+                                        reuse_prefix=False).logprobs[0])
+
+    full = logprobs(passages)
+    refined = {pid for pid in result.scores if result.scores[pid] == pytest.approx(loo.scores[pid], abs=1e-6)}
+    assert 0 < len(refined) < len(passages)  # one group of two refined, the other shared
+    for span, tokens in zip(result.spans, groups, strict=True):
+        for g in (["a", "b"], ["d", "c"]):
+            if set(g) <= refined:
+                continue
+            without = logprobs([p for p in passages if p.id not in g])
+            shared = (full[tokens].mean() - without[tokens].mean()) / 2
+            assert [span.reading.scores[pid] for pid in g] == pytest.approx([shared, shared], abs=5e-3)
+        for pid in refined:
+            without = logprobs([p for p in passages if p.id != pid])
+            assert span.reading.scores[pid] == pytest.approx(full[tokens].mean() - without[tokens].mean(), abs=5e-3)
+
+
 def test_the_record_holds_the_spans_and_reads_back(tiny_lm, tmp_path, cli, tiny_model_dir):
     result = ascp.attribute(QUESTION, PASSAGES, RESPONSE, model=tiny_lm, spans="sentences", threshold=0.3)
     record = json.loads(json.dumps(result.to_json()))
@@ -105,9 +140,9 @@ def test_the_record_holds_the_spans_and_reads_back(tiny_lm, tmp_path, cli, tiny_
 def test_spans_bad_input_is_one_sentence(tiny_lm, tmp_path, cli):
     with pytest.raises(AscpError, match="spans must be sentences"):
         ascp.Probe(tiny_lm, "loo", spans="words")
-    with pytest.raises(AscpError, match="estimator 'hierarchical' cannot read a part of the response.*use loo or "
-                       "replace or contextcite or bm25"):
-        ascp.Probe(tiny_lm, "hierarchical", spans="sentences")
+    with pytest.raises(AscpError, match="estimator 'gated' cannot read a part of the response.*use loo or "
+                       "replace or hierarchical or contextcite or bm25"):
+        ascp.Probe(tiny_lm, "gated", spans="sentences")
     with pytest.raises(AscpError, match="inside the ProbeSettings"):
         ascp.Probe(tiny_lm, ascp.ProbeSettings("loo"), spans="sentences")
     requests = tmp_path / "requests.jsonl"

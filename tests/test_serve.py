@@ -140,7 +140,7 @@ BAD = [
     ("a negative seed", {**request(0), "seed": -1}, 422, "'seed' must be a whole number"),
     ("a duplicate passage id", {**request(0), "passages": [PASSAGES[0], PASSAGES[0]]}, 422, "appears twice"),
     ("a NUL in the question", {**request(0), "question": "a\x00b"}, 422, "NUL"),
-    ("spans from hierarchical", {**request(0), "estimator": "hierarchical", "spans": "sentences"}, 422,
+    ("spans from gated", {**request(0), "estimator": "gated", "spans": "sentences"}, 422,
      "cannot read a part of the response"),
 ]
 

@@ -4,7 +4,8 @@ Passages are split into contiguous groups in context order. Each group is delete
 (one pass per group); inside the `refine_top` groups with the largest positive drop every
 passage is deleted on its own (one pass per passage). A passage in a group that is not refined
 gets the group's drop shared equally among its members. With groups of one passage every
-group score is a single-passage deletion, so the result equals `loo` exactly.
+group score is a single-passage deletion, so the result equals `loo` exactly. Per sentence
+(`spans="sentences"`), the same deletions are read over the sentence's tokens.
 
 Default group size: ceil(sqrt(k)), which balances coarse passes (k/g) against refinement (g
 per refined group); default `refine_top`: 2 groups.
@@ -13,6 +14,7 @@ per refined group); default `refine_top`: 2 groups.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
 class HierarchicalLOO(Estimator):
     name = "hierarchical"
     causal = True
+    token_readings = True  # any part of the response: the same deletions read over its tokens
     nats_per_token = True  # refined passages exactly as `loo`; the rest a group's drop per passage
     params = (
         Param("group_size", int, None, "passages per group (none: ceil(sqrt(k)))", optional=True),
@@ -51,15 +54,23 @@ class HierarchicalLOO(Estimator):
         groups = self.groups(k)
         scorer = Ablations(lm, item.prompt, item.response_ids, reuse_prefix=self.reuse_prefix)
         coarse = scorer.score([{i + 1: "" for i in g} for g in groups])
-        full = scorer.full_logprobs.mean()
+        full_tokens = np.asarray(scorer.full_logprobs)
+        full = full_tokens.mean()
         group_drop = np.array([full - c.mean() for c in coarse])
-        scores = np.zeros(k)
-        for g, drop in zip(groups, group_drop, strict=True):
-            scores[g] = drop / len(g)
         ranked = [j for j in np.argsort(-group_drop, kind="stable") if group_drop[j] > 0 and len(groups[j]) > 1]
         refine = [i for j in ranked[: self.refine_top] for i in groups[j]]
-        if refine:
-            fine = scorer.score([{i + 1: ""} for i in refine])
-            for i, f in zip(refine, fine, strict=True):
-                scores[i] = full - f.mean()
-        return Scores(values=scores, tokens_processed=scorer.tokens_processed)
+        fine = scorer.score([{i + 1: ""} for i in refine]) if refine else []
+        # each passage's deletion, read over any response tokens: its own (refined) or its group's, shared
+        deleted: list[tuple[np.ndarray, int]] = [(np.zeros(0), 1)] * k
+        for g, c in zip(groups, coarse, strict=True):
+            for i in g:
+                deleted[i] = (np.asarray(c), len(g))
+        for i, f in zip(refine, fine, strict=True):
+            deleted[i] = (np.asarray(f), 1)
+
+        def span_scores(tokens: Sequence[int]) -> np.ndarray:
+            rows = list(tokens)
+            return np.array([(full_tokens[rows].mean() - ablated[rows].mean()) / share for ablated, share in deleted])
+
+        return Scores(values=span_scores(range(len(full_tokens))), tokens_processed=scorer.tokens_processed,
+                      span_scores=span_scores)
