@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ascp.attribution.probe import ProbeSettings, probe_settings
@@ -173,13 +172,12 @@ def parse_portfolio(body: Any, defaults: ServeDefaults, limits: ServeLimits) -> 
 class Service:
     """The model, the defaults and limits, and the worker that runs every job on the model."""
 
-    def __init__(self, model: Any, defaults: ServeDefaults, limits: ServeLimits, root: Path | None = None) -> None:
+    def __init__(self, model: Any, defaults: ServeDefaults, limits: ServeLimits) -> None:
         from ascp.lm.prompts import prompt_template
 
         self.model = model
         self.defaults = defaults
         self.limits = limits
-        self.root = root
         self.template = prompt_template(defaults.instruction, defaults.template, defaults.system)
         self.worker = Worker(limits.max_queue, limits.max_batch)
         self._probes: dict[tuple, Any] = {}
