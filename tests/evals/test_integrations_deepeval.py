@@ -112,3 +112,20 @@ def test_the_documented_example_runs() -> None:
     assert (data.score, data.success) == (0.5, True)
     quoted = re.search(r"e\.g\. `(The output used.*?)`", namespace["__doc_text__"], flags=re.S).group(1)
     assert data.reason == " ".join(quoted.split())
+
+
+def test_a_sentence_probe_breaks_the_score_down_per_output_sentence(tiny_lm) -> None:
+    """With `Probe(model, spans="sentences")` each context's breakdown holds its reading by each output
+    sentence, and the reason counts the sentences that used no context."""
+    probe = ascp.Probe(tiny_lm, threshold=0.3, spans="sentences")
+    answer = "The author was born in 1850. The first edition is of 1899."
+    direct = probe.attribute(QUESTION, CONTEXTS, answer)
+    metric = CausalContextUseMetric(probe=probe)
+    metric.measure(LLMTestCase(input=QUESTION, actual_output=answer, retrieval_context=CONTEXTS))
+    for (pid, breakdown) in zip(direct.scores, metric.score_breakdown.values(), strict=True):
+        assert [s["text"] for s in breakdown["sentences"]] == [s.text for s in direct.spans]
+        assert [s["score"] for s in breakdown["sentences"]] == pytest.approx(
+            [s.reading.scores[pid] for s in direct.spans])
+        assert [s["used"] for s in breakdown["sentences"]] == [pid in s.reading.used for s in direct.spans]
+    unsupported = sum(not s.reading.used for s in direct.spans)
+    assert f"{unsupported} of {len(direct.spans)} output sentences used none" in metric.reason

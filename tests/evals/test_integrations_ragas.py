@@ -129,3 +129,17 @@ def test_the_documented_example_runs(capsys: pytest.CaptureFixture[str]) -> None
     printed = capsys.readouterr().out.splitlines()
     assert printed[0] == "{'causal_context_use': 0.5000, 'causal_context_utilization': 0.5000}"  # as the doc says
     assert printed[1].startswith("False ") and printed[2].startswith("True ")
+
+
+def test_a_sentence_probe_gives_each_contexts_reading_per_response_sentence(tiny_lm) -> None:
+    probe = ascp.Probe(tiny_lm, threshold=0.3, spans="sentences")
+    use = CausalContextUse(probe=probe)
+    sample = {**SAMPLES[0], "response": "The author was born in 1850. The first edition is of 1899."}
+    direct = probe.attribute(sample["user_input"], sample["retrieved_contexts"], sample["response"])
+    chunks = use.chunk_readings(sample)
+    for pid, chunk in zip(direct.scores, chunks, strict=True):
+        assert [s["text"] for s in chunk["sentences"]] == ["The author was born in 1850.",
+                                                            "The first edition is of 1899."]
+        assert [s["score"] for s in chunk["sentences"]] == pytest.approx([s.reading.scores[pid] for s in direct.spans])
+        assert [s["used"] for s in chunk["sentences"]] == [pid in s.reading.used for s in direct.spans]
+    assert "sentences" not in CausalContextUse(probe=ascp.Probe(tiny_lm)).chunk_readings(sample)[0]

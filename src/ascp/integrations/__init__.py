@@ -26,8 +26,13 @@ def reading_metadata(result: AttributionResult, passage_id: str) -> dict[str, An
     meta: dict[str, Any] = {"ascp_score": result.scores[passage_id], "ascp_normalized": result.normalized[passage_id],
                             "ascp_used": passage_id in result.used}
     if result.spans:
-        meta["ascp_sentences"] = [{"text": s.text, "start": s.start, "end": s.end,
-                                   "score": s.reading.scores[passage_id],
-                                   "normalized": s.reading.normalized[passage_id],
-                                   "used": passage_id in s.reading.used} for s in result.spans]
+        meta["ascp_sentences"] = sentence_readings(result, passage_id)
     return meta
+
+
+def sentence_readings(result: AttributionResult, passage_id: str) -> list[dict[str, Any]]:
+    """One passage's reading by each answer sentence, in answer order (empty without per-sentence
+    readings): `text`, `start`, `end`, `score`, `normalized`, `used`."""
+    return [{"text": s.text, "start": s.start, "end": s.end, "score": s.reading.scores[passage_id],
+             "normalized": s.reading.normalized[passage_id], "used": passage_id in s.reading.used}
+            for s in result.spans]

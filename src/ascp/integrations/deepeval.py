@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from ascp.errors import AscpError
-from ascp.integrations import require
+from ascp.integrations import require, sentence_readings
 from ascp.integrations.metric import AGGREGATES, aggregate, bound_probe, read_sample, sample_label, used_flags
 
 require("deepeval", "deepeval")
@@ -97,11 +97,16 @@ class CausalContextUseMetric(BaseMetric):
         self.score = score
         flags = used_flags(result)
         self.score_breakdown = {
-            f"context {i}": {"score": result.scores[pid], "normalized": result.normalized[pid], "used": used}
+            f"context {i}": {"score": result.scores[pid], "normalized": result.normalized[pid], "used": used,
+                             **({"sentences": sentence_readings(result, pid)} if result.spans else {})}
             for i, (pid, used) in enumerate(zip(result.scores, flags, strict=True), start=1)}
         used = [f"#{i} ({_shorten(c)!r})" for i, (c, u) in enumerate(zip(contexts, flags, strict=True), start=1) if u]
+        unsupported = [s.text for s in result.spans if not s.reading.used]
+        per_sentence = (f" {len(unsupported)} of {len(result.spans)} output sentences used none"
+                        + (f": {', '.join(repr(_shorten(t)) for t in unsupported)}." if unsupported else ".")
+                        if result.spans else "")
         self.reason = (f"The output used {len(used)} of {len(contexts)} retrieval contexts by ascp's causal "
-                       f"probe ({result.estimator}): {', '.join(used) if used else 'none'}."
+                       f"probe ({result.estimator}): {', '.join(used) if used else 'none'}.{per_sentence}"
                        if self.include_reason else None)
         self.success = score >= self.threshold
         if self.verbose_mode:

@@ -5,6 +5,8 @@
     use = CausalContextUse()                      # the embedded default model; or probe=ascp.Probe(model)
     result = evaluate(dataset, metrics=[use, CausalContextUtilization(probe=use.probe)])
     use.reading(sample)                           # the per-context reading behind a sample's score
+    use.chunk_readings(sample)                    # per context (and per response sentence with a probe
+                                                  # that reads sentences: ascp.Probe(model, spans="sentences"))
 
 Each sample's `retrieved_contexts` are read by ascp's causal probe (leave-one-out by default)
 against its fixed `response`: `causal_context_use` is the fraction of contexts the response
@@ -21,7 +23,7 @@ from __future__ import annotations
 import typing as t
 from dataclasses import dataclass, field
 
-from ascp.integrations import require
+from ascp.integrations import require, sentence_readings
 from ascp.integrations.metric import aggregate, bound_probe, read_sample, used_flags
 
 require("ragas", "ragas")
@@ -74,10 +76,13 @@ class CausalContextUse(SingleTurnMetric):
         return self.readings[key]
 
     def chunk_readings(self, sample: SingleTurnSample | t.Mapping[str, t.Any]) -> list[dict[str, t.Any]]:
-        """One dict per retrieved context: its text, raw and normalised score, and the used verdict."""
+        """One dict per retrieved context: its text, raw and normalised score, and the used verdict; with a
+        probe that reads sentences (`ascp.Probe(model, spans="sentences")`), also `sentences`: the
+        context's reading by each response sentence."""
         result = self.reading(sample)
         row = sample.model_dump() if isinstance(sample, SingleTurnSample) else dict(sample)
-        return [{"context": text, "score": result.scores[pid], "normalized": result.normalized[pid], "used": used}
+        return [{"context": text, "score": result.scores[pid], "normalized": result.normalized[pid], "used": used,
+                 **({"sentences": sentence_readings(result, pid)} if result.spans else {})}
                 for text, pid, used in zip(row["retrieved_contexts"], result.scores, used_flags(result),
                                            strict=True)]
 
