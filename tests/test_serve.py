@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import chromium_page, cli_env, needs_chromium, run_ascp
 
-pytest.importorskip("fastapi", reason="needs the serve extra (FastAPI, uvicorn)")
+pytest.importorskip("fastapi", reason="needs the serve extra (FastAPI, uvicorn): pip install -e '.[serve]'")
 import test_lm_engine  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
