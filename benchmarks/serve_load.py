@@ -41,10 +41,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
-FILES = {"asqa": DATA / "asqa" / "asqa_wikidpr_pools.json",
-         "hotpotqa": DATA / "hotpotqa" / "hotpotqa_dev_distractor_ircot.jsonl"}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from task_requests import check_files, task_requests  # noqa: E402  (the requests of the shared data)
+
 K = 5
 
 
@@ -187,22 +186,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--no-faults", action="store_true", help="skip the SIGKILL phase")
     args = parser.parse_args(argv)
-    missing = [str(p) for p in FILES.values() if not p.is_file()]
-    if missing:
-        raise SystemExit(f"the data file {missing[0]} is not here; put the files docs/data.md lists at ../shared/data.")
+    check_files()
     args.out.mkdir(parents=True, exist_ok=True)
 
     from ascp.api import Probe, load_model
-    from ascp.data import load_cases
     from ascp.lm.sampling import SamplingConfig
 
     lm = load_model("default")
-    requests: list[dict] = []
-    for task, path in FILES.items():
-        cases = [c for c in load_cases(path, rank_by="given") if len(c.pool) >= K][:args.per_task]
-        requests += [{"id": f"{task}-{c.id}", "question": c.question, "response": None,
-                      "passages": [{"id": p.id, "title": p.title, "text": p.text} for p in c.pool[:K]]}
-                     for c in cases]
+    requests = task_requests(args.per_task, K)
     print(f"# serve load: {len(requests)} requests (k = {K}), model default ({lm.backend}); "
           f"{platform.processor() or platform.machine()}, nproc={os.cpu_count()}", flush=True)
     generated = Probe(lm, sampling=SamplingConfig(max_new_tokens=args.max_new_tokens)).attribute_many(requests)

@@ -38,9 +38,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
-FILES = {"asqa": DATA / "asqa" / "asqa_wikidpr_pools.json",
-         "hotpotqa": DATA / "hotpotqa" / "hotpotqa_dev_distractor_ircot.jsonl"}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from task_requests import check_files, task_requests  # noqa: E402  (the requests of the shared data)
+
 K = 5
 METHODS = {  # name -> (estimator spec, reads sentences)
     "loo": ("loo", True), "hierarchical": ("hierarchical", True),
@@ -80,9 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    missing = [str(p) for p in FILES.values() if not p.is_file()]
-    if missing:
-        raise SystemExit(f"the data file {missing[0]} is not here; put the files docs/data.md lists at ../shared/data.")
+    check_files()
     args.out.mkdir(parents=True, exist_ok=True)
 
     import numpy as np
@@ -92,19 +90,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ascp.attribution.ablation import Ablations
     from ascp.attribution.contextcite import logit_prob
     from ascp.attribution.spans import assign_tokens
-    from ascp.data import load_cases
     from ascp.lm.prompts import prompt_template
     from ascp.lm.sampling import SamplingConfig, derive_seed
     from ascp.types import Passage
 
     lm = load_model("default")
-    used_before = committed_cases()
-    requests: list[dict] = []
-    for task, path in FILES.items():
-        cases = [c for c in load_cases(path, rank_by="given") if len(c.pool) >= K and c.id not in used_before]
-        requests += [{"id": f"{task}/{c.id}", "task": task, "question": c.question, "response": None,
-                      "passages": [{"id": p.id, "title": p.title, "text": p.text} for p in c.pool[:K]]}
-                     for c in cases[-args.contexts:]]
+    requests = [{**r, "task": r["id"].split("/")[0]}
+                for r in task_requests(args.contexts, K, sep="/", last=True, skip=committed_cases())]
     print(f"# spans head to head: {len(requests)} contexts (k = {K}), model default ({lm.backend}); "
           f"{platform.processor() or platform.machine()}, nproc={os.cpu_count()}", flush=True)
     sampled = Probe(lm, seed=args.seed, sampling=SamplingConfig(max_new_tokens=args.max_new_tokens)).attribute_many(

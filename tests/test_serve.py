@@ -30,13 +30,7 @@ from ascp.serve.jobs import Job, QueueFull, Worker  # noqa: E402
 from ascp.serve.service import ServeDefaults, ServeLimits, Service  # noqa: E402
 
 stand_in = test_lm_engine.stand_in  # the stand-in engine server (an SGLang API answered by the tiny model)
-QUESTION = "When was the Eiffel Tower built?"
-PASSAGES = [
-    {"id": "eiffel", "title": "Eiffel Tower", "text": "The Eiffel Tower was built from 1887 to 1889 in Paris."},
-    {"id": "louvre", "title": "Louvre", "text": "The Louvre is the world's most-visited art museum."},
-    {"id": "expo", "title": "Exposition Universelle", "text": "The 1889 World's Fair marked the centennial of the "
-     "French Revolution; the tower was its entrance arch."},
-]
+QUESTION, PASSAGES = test_lm_engine.QUESTION, test_lm_engine.PASSAGES  # the Eiffel Tower context of the engine tests
 RESPONSE = "The Eiffel Tower was built between 1887 and 1889. It was the entrance arch of the fair."
 
 

@@ -30,6 +30,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ascp.errors import AscpError
+from ascp.jsonio import json_safe
 from ascp.serve.browse import NotFound, OutsideRoot, Root
 from ascp.serve.jobs import Job, QueueFull, ServiceStopping
 from ascp.serve.service import Service, TooLarge, parse_attribute, parse_portfolio
@@ -165,7 +166,7 @@ def create_app(service: Service, api_key: str | None = None, root: Path | None =
             return Response(status_code=499)
         failure = waiter.exception()
         if failure is None:
-            return JSONResponse(finite(waiter.result()))
+            return JSONResponse(json_safe(waiter.result()))  # NaN (PR@T without answers) is null
         if isinstance(failure, AscpError):
             return error(status_of(failure), str(failure), {"Retry-After": "5"} if engine_down(failure) else None)
         log.error("%s failed", request.url.path, exc_info=failure)
@@ -298,17 +299,6 @@ class RequireKey:
 
 class BadJson(AscpError):
     """A body that is not JSON (HTTP 400)."""
-
-
-def finite(value: Any) -> Any:
-    """`value` with every NaN or infinity as null (JSON has no NaN: PR@T of a case without answers)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite(v) for v in value]
-    return value
 
 
 def _bearer(header: str) -> str | None:

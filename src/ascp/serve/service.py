@@ -16,8 +16,9 @@ from typing import Any
 from ascp.attribution.probe import ProbeSettings, probe_settings
 from ascp.errors import AscpError
 from ascp.lm.sampling import SamplingConfig
+from ascp.loop.portfolios import LoopConfig
 from ascp.serve.jobs import Job, Worker
-from ascp.types import AttributionRequest
+from ascp.types import AttributionRequest, Case
 
 REQUEST_FIELDS = ("id", "question", "passages", "response")
 ATTRIBUTE_OPTIONS = ("estimator", "threshold", "spans", "sources", "seed")
@@ -130,15 +131,19 @@ def parse_attribute(body: Any, defaults: ServeDefaults, limits: ServeLimits,
 
 @dataclass(frozen=True)
 class PortfolioJob:
-    """A checked /v1/portfolio body: one case and the loop's settings (`ascp.run_portfolios`' keywords)."""
+    """A checked /v1/portfolio body: one case and the loop's settings, built once (`LoopConfig`)."""
 
-    case: Any
-    options: dict[str, Any]
+    case: Case
+    config: LoopConfig
 
 
 def parse_portfolio(body: Any, defaults: ServeDefaults, limits: ServeLimits) -> PortfolioJob:
-    """A /v1/portfolio body as one checked case and settings; one sentence on error."""
+    """A /v1/portfolio body as one checked case and loop settings (what `ascp.run_portfolios` builds from
+    the same keywords); one sentence on error."""
     from ascp.api import make_case
+    from ascp.lm.prompts import prompt_template
+    from ascp.loop.portfolios import check_pools
+    from ascp.params import is_whole
 
     where = "the portfolio request"
     if not isinstance(body, dict):
@@ -154,19 +159,18 @@ def parse_portfolio(body: Any, defaults: ServeDefaults, limits: ServeLimits) -> 
         raise TooLarge(f"{where}'s pool holds {len(pool)} passages, over this service's limit of "
                        f"{limits.max_passages}; send fewer or start it with a larger --max-passages.")
     case = make_case(body["question"], pool, body.get("answers"), id=body.get("id", "question"))
-    policy = body.get("policy", "ascp")
-    options: dict[str, Any] = {
-        "policy": policy, "k": body.get("k", 5), "T": body.get("T", 5), "seed": _seed(where, body, defaults.seed),
-        "estimator": probe_settings(body.get("estimator", defaults.estimator), _threshold(body, defaults),
-                                    spans=body.get("spans")),
-        "max_new_tokens": body.get("max_new_tokens", defaults.sampling.max_new_tokens),
-        "instruction": defaults.instruction, "template": defaults.template, "system": defaults.system,
-    }
-    from ascp.loop.portfolios import LoopConfig, check_pools
-
-    LoopConfig(policy=policy, k=options["k"], T=options["T"], probe=options["estimator"])  # checks policy, k, T
-    check_pools([case], options["k"])
-    return PortfolioJob(case, options)
+    max_new_tokens = body.get("max_new_tokens", defaults.sampling.max_new_tokens)
+    if not is_whole(max_new_tokens):
+        raise AscpError(f"{where}: 'max_new_tokens' must be a whole number >= 1, got {max_new_tokens!r}.")
+    # building the config checks the policy, k, T, the estimator and the threshold
+    config = LoopConfig(policy=body.get("policy", "ascp"), k=body.get("k", 5), T=body.get("T", 5),
+                        probe=probe_settings(body.get("estimator", defaults.estimator), _threshold(body, defaults),
+                                             spans=body.get("spans")),
+                        seed=_seed(where, body, defaults.seed),
+                        template=prompt_template(defaults.instruction, defaults.template, defaults.system),
+                        sampling=SamplingConfig(max_new_tokens=max_new_tokens))
+    check_pools([case], config.k)
+    return PortfolioJob(case, config)
 
 
 class Service:
@@ -201,15 +205,17 @@ class Service:
         return self._probes[key]
 
     def _check_tokens(self, request: AttributionRequest) -> None:
-        """The service's token limit and the model's window, before any pass (needs the tokenizer)."""
+        """The service's token limit, before any pass. The model's window is the probe's own check
+        (`prepare_inputs`); a batch it refuses is rerun a job at a time, so the request fails alone."""
+        limit = self.limits.max_tokens
+        if limit is None:
+            return
         prompt = self.model.encode_prompt(request.question, request.passages, self.template).num_tokens
         response = (self.defaults.sampling.max_new_tokens if request.response is None
                     else len(self.model.encode(request.response)))
-        limit = self.limits.max_tokens
-        if limit is not None and prompt + response > limit:
+        if prompt + response > limit:
             raise TooLarge(f"request {request.id!r} holds {prompt} prompt and {response} response tokens, over this "
                            f"service's limit of {limit} tokens per request; send fewer or shorter passages.")
-        self.model.check_fits(f"request {request.id!r}", prompt, response)
 
     def _run_attribute(self, batch: Sequence[Job]) -> list[Any]:
         outcomes: list[Any] = [None] * len(batch)
@@ -234,8 +240,9 @@ class Service:
         return outcomes
 
     def _run_portfolio(self, batch: Sequence[Job]) -> list[Any]:
-        from ascp.api import run_portfolios
+        from ascp.embed.embedders import embed
+        from ascp.loop.runner import run_policy
 
         (job,) = batch
         parsed: PortfolioJob = job.payload
-        return [run_portfolios([parsed.case], model=self.model, **parsed.options)[0].to_json()]
+        return [run_policy(self.model, [parsed.case], parsed.config, embed)[0].to_json()]
