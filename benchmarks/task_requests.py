@@ -35,3 +35,22 @@ def task_requests(per_task: int, k: int, *, sep: str = "-", last: bool = False,
                       "passages": [{"id": p.id, "title": p.title, "text": p.text} for p in c.pool[:k]]}
                      for c in chosen]
     return requests
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the ids of the requests the benchmarks would build (a check of the shared data)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--per-task", type=int, default=2)
+    parser.add_argument("--k", type=int, default=5)
+    parser.add_argument("--last", action="store_true", help="the last eligible cases instead of the first")
+    args = parser.parse_args(argv)
+    check_files()
+    for request in task_requests(args.per_task, args.k, last=args.last):
+        print(request["id"])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
