@@ -38,8 +38,9 @@ def lm():
     return model
 
 
-def eager_reference(lm, item: ProbeInput) -> np.ndarray:
-    """AT2's feature by hand: eager attention weights kept whole, pooled per passage block."""
+def eager_reference(lm, item: ProbeInput, tokens: list[int] | None = None) -> np.ndarray:
+    """AT2's feature by hand: eager attention weights kept whole, pooled per passage block (over the rows
+    predicting `tokens` only, when given)."""
     import torch
 
     model = lm.model
@@ -56,6 +57,8 @@ def eager_reference(lm, item: ProbeInput) -> np.ndarray:
     ref = np.zeros((len(spans), len(out.attentions), out.attentions[0].shape[1]))
     for layer, weights in enumerate(out.attentions):
         w = weights[0, :, start:start + rows, :].double().numpy()  # (heads, response rows, T)
+        if tokens is not None:
+            w = w[:, tokens]
         for j, (a, b) in enumerate(spans):
             ref[j, layer] = w[:, :, a:b].sum(-1).mean(-1)
     return ref
@@ -76,9 +79,10 @@ def test_pooled_features_equal_the_eager_reference(lm, random_item):
         assert read.tokens_processed == item.prompt.num_tokens + len(item.response_ids) - 1 + k * len(item.response_ids)
 
 
-def knockout_reference(lm, item: ProbeInput) -> np.ndarray:
+def knockout_reference(lm, item: ProbeInput, tokens: list[int] | None = None) -> np.ndarray:
     """Knockout by hand: one uncached pass of prompt + response per passage with eager attention and
-    an explicit mask that hides the block from the rows predicting the response, and only from them."""
+    an explicit mask that hides the block from the rows predicting the response, and only from them
+    (the drop read over `tokens` only, when given)."""
     import torch
 
     model = lm.model
@@ -98,7 +102,8 @@ def knockout_reference(lm, item: ProbeInput) -> np.ndarray:
                 logits = model(input_ids=torch.tensor([sequence]), attention_mask=mask).logits[0, start:]
         finally:
             model.set_attn_implementation(previous)
-        return float(torch.log_softmax(logits.double(), -1).gather(-1, target).mean())
+        picked = torch.log_softmax(logits.double(), -1).gather(-1, target)[:, 0]
+        return float(picked[tokens].mean() if tokens is not None else picked.mean())
 
     full = mean_logprob(None)
     assert rows == n - start
@@ -118,6 +123,54 @@ def test_knockout_equals_an_uncached_masked_pass(lm, random_item):
         np.testing.assert_allclose(some.knockout[:1], read.knockout[:1], atol=1e-6)
         assert np.isnan(some.knockout[1:]).all()
         assert read.tokens_processed - some.tokens_processed == (k - 1) * len(item.response_ids)
+
+
+def test_a_part_of_the_response_reads_its_own_rows_and_knockouts(lm, random_item):
+    """`AttentionPass.over(tokens)`: the attention of the rows predicting those tokens only, and the
+    knockout's drop over those tokens, against eager attention and the masked pass written by hand."""
+    item = random_item(lm, 4, 5)
+    read = lm.read_attention(item.prompt, item.response_ids)
+    n = len(item.response_ids)
+    for tokens in (list(range(n // 3)), list(range(n // 3, n)), [0, n - 1]):
+        features, knockout = read.over(tokens)
+        np.testing.assert_allclose(features, eager_reference(lm, item, tokens), atol=1e-5, rtol=0)
+        np.testing.assert_allclose(knockout, knockout_reference(lm, item, tokens), atol=1e-4)
+    whole = read.over(range(n))
+    np.testing.assert_allclose(whole[0], read.features, atol=1e-6)
+    np.testing.assert_allclose(whole[1], read.knockout, atol=1e-9)
+
+
+def test_attention_and_gated_read_each_sentence_from_their_one_pass(lm, make_item):
+    """Per sentence, `attention` is the map over the sentence's rows and knockouts (so the sentences'
+    token-weighted mean is the whole reading: the map is linear), and `gated` reads a verified passage
+    exactly as `loo` reads it per sentence and the others as `attention` does; no token more is fed."""
+    import ascp
+
+    passages = [Passage(id=f"d{i}", title="", text=f"the quick brown fox {i} jumps over the lazy dog number {i}")
+                for i in range(5)]
+    response = "the author was born in 1850. the fox jumps over the dog. it was lazy."
+    fitted = load_map(TINY_MAP)
+    item = make_item(lm, "who wrote it?", passages, response)
+    read = lm.read_attention(item.prompt, item.response_ids)
+    loo = ascp.attribute("who wrote it?", passages, response, model=lm, spans="sentences")
+    for estimator in ("attention", "gated(band=0.01)"):
+        whole = ascp.attribute("who wrote it?", passages, response, model=lm, estimator=estimator)
+        split = ascp.attribute("who wrote it?", passages, response, model=lm, estimator=estimator, spans="sentences")
+        assert len(split.spans) == 3 and split.scores == whole.scores
+        assert split.tokens_processed == whole.tokens_processed
+        for pid, score in split.scores.items():
+            weighted = sum(s.tokens * s.reading.scores[pid] for s in split.spans) / split.response_tokens
+            assert weighted == pytest.approx(score, abs=1e-6)
+        verified = set(split.extra.get("verified_ids", ()))
+        assert estimator == "attention" or 0 < len(verified) < len(passages)
+        first = 0
+        for span, exact in zip(split.spans, loo.spans, strict=True):
+            tokens = list(range(first, first + span.tokens))
+            first += span.tokens
+            predicted = fitted.predict(*read.over(tokens))
+            for j, pid in enumerate(span.reading.scores):
+                expected = exact.reading.scores[pid] if pid in verified else predicted[j]
+                assert span.reading.scores[pid] == pytest.approx(expected, abs=1e-5), (estimator, pid)
 
 
 def test_pooling_on_a_stored_prompt_feeds_the_response_only(random_item):

@@ -137,20 +137,36 @@ def test_the_record_holds_the_spans_and_reads_back(tiny_lm, tmp_path, cli, tiny_
     assert len(written["spans"]) == 3 and written["tokens_processed"] > 0
 
 
+class WholeOnly(ascp.Estimator):
+    """An estimator of one's own that reads the whole response only (it declares no `token_readings`)."""
+
+    uses_model = False
+
+    def score(self, lm, item):
+        return ascp.Scores(values=np.ones(len(item.passages)))
+
+
 def test_spans_bad_input_is_one_sentence(tiny_lm, tmp_path, cli):
+    from ascp import attribution
+
     with pytest.raises(AscpError, match="spans must be sentences"):
         ascp.Probe(tiny_lm, "loo", spans="words")
-    with pytest.raises(AscpError, match="estimator 'gated' cannot read a part of the response.*use loo or "
-                       "replace or hierarchical or contextcite or bm25"):
-        ascp.Probe(tiny_lm, "gated", spans="sentences")
+    saved = attribution.ESTIMATORS.registrations()
+    try:
+        ascp.register_estimator("whole-only", WholeOnly)
+        with pytest.raises(AscpError, match="estimator 'whole-only' cannot read a part of the response.*use loo or "
+                           "replace or hierarchical or contextcite or bm25"):
+            ascp.Probe(tiny_lm, "whole-only", spans="sentences")
+    finally:
+        attribution.ESTIMATORS.restore(saved)
     with pytest.raises(AscpError, match="inside the ProbeSettings"):
         ascp.Probe(tiny_lm, ascp.ProbeSettings("loo"), spans="sentences")
     requests = tmp_path / "requests.jsonl"
     requests.write_text(json.dumps({"id": "r1", "question": QUESTION, "response": RESPONSE,
                                     "passages": [{"id": "a", "text": "x y z"}]}) + "\n")
     out = tmp_path / "out.jsonl"
-    done = cli("attribute", "--input", requests, "--out", out, "--estimator", "gated", "--spans", "sentences")
-    assert done.exit_code == 2 and "cannot read a part of the response" in done.output and not out.exists()
+    done = cli("attribute", "--input", requests, "--out", out, "--spans", "words")
+    assert done.exit_code == 2 and "spans must be sentences" in done.output and not out.exists()
 
 
 def test_proxies_read_each_sentence_by_its_own_text(tiny_lm):

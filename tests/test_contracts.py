@@ -97,8 +97,9 @@ class SoloGain(Estimator):
 
     def score(self, lm, item: ProbeInput) -> Scores:
         k = len(item.passages)
-        prompts = [lm.encode(item.prompt.edited_text({j + 1: "" for j in range(k) if j != i})) for i in range(k)]
-        prompts.append(lm.encode(item.prompt.edited_text({j + 1: "" for j in range(k)})))
+        prompts = [lm.encode(item.prompt.edited_text(item.prompt.deletion(j for j in range(k) if j != i)))
+                   for i in range(k)]
+        prompts.append(lm.encode(item.prompt.edited_text(item.prompt.deletion(range(k)))))
         scored = lm.score(prompts, item.response_ids)
         means = np.array([float(np.mean(lp)) for lp in scored.logprobs])
         values = means[:k] - (means[k] if self.relative else 0.0)

@@ -130,12 +130,11 @@ BAD = [
     ("a body over the limit", {**request(0), "response": "word " * 5000}, 413, "over this service's limit"),
     ("an unknown estimator", {**request(0), "estimator": "nope"}, 422, "unknown estimator 'nope'"),
     ("a bad threshold", {**request(0), "threshold": 3}, 422, "threshold"),
-    ("sentence sources", {**request(0), "sources": "sentences"}, 422, "sources 'sentences' is not available"),
+    ("unknown sources", {**request(0), "sources": "words"}, 422, "sources must be passages or sentences"),
     ("a negative seed", {**request(0), "seed": -1}, 422, "'seed' must be a whole number"),
     ("a duplicate passage id", {**request(0), "passages": [PASSAGES[0], PASSAGES[0]]}, 422, "appears twice"),
     ("a NUL in the question", {**request(0), "question": "a\x00b"}, 422, "NUL"),
-    ("spans from gated", {**request(0), "estimator": "gated", "spans": "sentences"}, 422,
-     "cannot read a part of the response"),
+    ("unknown spans", {**request(0), "spans": "words"}, 422, "spans must be sentences"),
 ]
 
 

@@ -146,8 +146,10 @@ class Probe:
         and the request id, unless its options give a seed (`ProbeSettings.estimator_for`).
     threshold: the used threshold on normalised scores (None: tau(k) = 0.555 k^-0.633).
     spans: "sentences" adds a reading per response sentence (`AttributionResult.spans`), read from the
-        passes the estimator already ran (estimators that keep per-token log-probabilities: `loo`,
-        `replace`); None: the whole response only.
+        passes the estimator already ran (every estimator declaring `token_readings`); None: the whole
+        response only. Any other character spans: `AttributionResult.read_spans`.
+    sources: "passages" (the default) or "sentences": each passage's sentences are the sources (ids
+        `<passage id>#<n>`), the prompt unchanged (`ascp.attribution.sources`).
     instruction: `commit` or `integrate`; template: your own prompt instead (a format string with
         `{passages}` then `{question}`, see `PromptTemplate.from_format`, or a `PromptTemplate`);
     system: a system message; sampling: how missing responses are generated.
@@ -157,7 +159,7 @@ class Probe:
                  seed: int = 0, threshold: float | None = None, instruction: str = "commit",
                  sampling: SamplingConfig | None = None, batch_size: int = 8,
                  template: PromptTemplate | str | None = None, system: str = "", spans: str | None = None,
-                 **estimator_options: Any) -> None:
+                 sources: str | None = None, **estimator_options: Any) -> None:
         from ascp.attribution.probe import ProbeConfig, probe_settings
         from ascp.lm.sampling import SamplingConfig
 
@@ -166,7 +168,7 @@ class Probe:
         _prompt_options(instruction, template, system)
         if sampling is not None and not isinstance(sampling, SamplingConfig):
             raise AscpError(f"sampling must be an ascp.SamplingConfig or None, got {type(sampling).__name__}.")
-        settings = probe_settings(estimator, threshold, estimator_options, spans)
+        settings = probe_settings(estimator, threshold, estimator_options, spans, sources)
         self.estimator = settings.build(seed)  # the estimator as named and configured (its name, its facts)
         self.model = model
         self.config = ProbeConfig(template=prompt_template(instruction, template, system),
@@ -228,13 +230,15 @@ def _as_request(index: int, request: AttributionRequest | Mapping[str, Any]) -> 
 def attribute(question: str, passages: Iterable[PassageLike], response: str | None = None, *,
               model: LanguageModel | None = None,
               estimator: str | ProbeSettings = DEFAULT_ESTIMATOR, seed: int = 0, threshold: float | None = None,
-              spans: str | None = None, **options: Any) -> AttributionResult:
-    """Score how much `response` (None: a response the model generates) relied on each passage.
+              spans: str | None = None, sources: str | None = None, **options: Any) -> AttributionResult:
+    """Score how much `response` (None: a response the model generates) relied on each passage (each
+    sentence of the passages with `sources="sentences"`).
 
-    One call of `Probe(model, estimator, seed=seed, threshold=threshold, spans=spans, **options).attribute`;
-    `model=None` uses the embedded default, loaded once per process (after the inputs are checked).
+    One call of `Probe(model, estimator, seed=seed, threshold=threshold, spans=spans, sources=sources,
+    **options).attribute`; `model=None` uses the embedded default, loaded once per process (after the
+    inputs are checked).
     """
-    probe = Probe(None, estimator, seed=seed, threshold=threshold, spans=spans, **options)
+    probe = Probe(None, estimator, seed=seed, threshold=threshold, spans=spans, sources=sources, **options)
     request = _as_request(0, {"id": "request", "question": question, "passages": list(as_passages(passages)),
                               "response": response})
     probe.model = model if model is not None else default_model()
@@ -243,11 +247,13 @@ def attribute(question: str, passages: Iterable[PassageLike], response: str | No
 
 def cite(question: str, passages: Iterable[PassageLike], response: str | None = None, *,
          model: LanguageModel | None = None, estimator: str | ProbeSettings = DEFAULT_ESTIMATOR, seed: int = 0,
-         threshold: float | None = None, markers: str = "positions", **options: Any) -> CitedResponse:
+         threshold: float | None = None, markers: str = "positions", sources: str | None = None,
+         **options: Any) -> CitedResponse:
     """`response` (None: one the model generates) with causal citations: after each sentence, a marker
     for every passage that sentence used, strongest first (`[2]`: context position; `markers="ids"`:
     `[doc-7]`), read from its per-sentence reading (`spans="sentences"`); a sentence that used no
-    passage is marked unsupported (`CitedResponse.unsupported`)."""
+    passage is marked unsupported (`CitedResponse.unsupported`). `sources="sentences"` cites the
+    passages' sentences (`[doc-7#2]`)."""
     from dataclasses import replace
 
     from ascp.attribution.probe import ProbeSettings
@@ -257,10 +263,10 @@ def cite(question: str, passages: Iterable[PassageLike], response: str | None = 
         raise AscpError(f"markers must be positions or ids, got {_shown(markers)}.")
     if isinstance(estimator, ProbeSettings):  # the settings as given, read per sentence
         result = attribute(question, passages, response, model=model, seed=seed, threshold=threshold,
-                           estimator=replace(estimator, spans="sentences"), **options)
+                           estimator=replace(estimator, spans="sentences"), sources=sources, **options)
     else:
         result = attribute(question, passages, response, model=model, estimator=estimator, seed=seed,
-                           threshold=threshold, spans="sentences", **options)
+                           threshold=threshold, spans="sentences", sources=sources, **options)
     return cite_response(result, markers)
 
 

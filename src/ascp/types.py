@@ -6,7 +6,7 @@ one renderer of `ascp.render`, shared with the console tables).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
@@ -79,6 +79,16 @@ class AttributionRequest:
 
 
 @dataclass(frozen=True)
+class SpanScorer:
+    """How a reading reads any part of its response from the passes its estimator ran: `score(tokens)` gives
+    the estimator's raw scores (context order) over those response tokens; `token_spans` is the character
+    span of each response token in the response text (the backend's)."""
+
+    score: Callable[[Sequence[int]], Any]
+    token_spans: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
 class TokenLogprobs:
     """Per-token response log-probabilities behind a single-passage ablation reading.
 
@@ -118,10 +128,12 @@ class AttributionResult(_ReadingView):
     normalised scores, the passages used and the threshold they were read at).
 
     `prompt` is the exact chat-templated text scored before the response and `passage_spans`
-    the character span of each passage block in it. `unit` is the unit of `scores` as the estimator
-    declares it ("nats/token" for an estimator on leave-one-out's scale, else "score").
-    `token_logprobs` (not written to JSON) keeps what `for_span` needs; it is set for `loo` and
-    `replace`.
+    the character span of each source in it: a passage block, or with `sources="sentences"` one
+    sentence of a passage (source ids `<passage id>#<n>`). `unit` is the unit of `scores` as the
+    estimator declares it ("nats/token" for an estimator on leave-one-out's scale, else "score").
+    `token_logprobs` (not written to JSON) keeps the per-token log-probabilities of `loo` and
+    `replace`; `scorer` (not written either) reads any part of the response for every estimator that
+    declares `token_readings` (`read_spans`, `for_span`).
     """
 
     id: str
@@ -137,6 +149,8 @@ class AttributionResult(_ReadingView):
     unit: str = "score"
     tokens_processed: int = 0  # tokens the estimator fed the model (the same with and without spans)
     spans: tuple[SpanReading, ...] = ()  # per sentence (`spans="sentences"`), in response order
+    sources: str = "passages"  # what the scores are over: "passages" or "sentences" (of the passages)
+    scorer: SpanScorer | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, object]:
         """The record written by `ascp attribute` (one JSONL line)."""
@@ -154,13 +168,14 @@ class AttributionResult(_ReadingView):
             "seconds": round(self.seconds, 4),
             "tokens_processed": self.tokens_processed,
             "unit": self.unit,
+            **({"sources": self.sources} if self.sources != "passages" else {}),
             **({"spans": [span.to_json() for span in self.spans]} if self.spans else {}),
             **self.extra,
         }
 
     @classmethod
     def from_json(cls, record: Mapping[str, Any]) -> AttributionResult:
-        known = ({f.name for f in fields(cls)} - {"extra", "reading", "token_logprobs"}
+        known = ({f.name for f in fields(cls)} - {"extra", "reading", "token_logprobs", "scorer"}
                  | {"scores", "normalized", "used", "threshold"})
         threshold = record.get("threshold")
         return cls(
@@ -172,11 +187,12 @@ class AttributionResult(_ReadingView):
             tokens_processed=int(record.get("tokens_processed", 0)),
             spans=tuple(SpanReading.from_json(span, None if threshold is None else float(threshold))
                         for span in record.get("spans", ())),
+            sources=str(record.get("sources", "passages")),
             extra={k: v for k, v in record.items() if k not in known},
         )
 
     def passage_text(self, passage_id: str) -> str:
-        """The passage's block as the model saw it (identifier, title and text)."""
+        """The source as the model saw it: a passage's block (identifier, title and text), or a sentence."""
         start, end = self.passage_spans[passage_id]
         return self.prompt[start:end]
 
@@ -209,7 +225,22 @@ class AttributionResult(_ReadingView):
         reading = read_span(list(self.scores), self.token_logprobs.full, self.token_logprobs.ablated, tokens,
                             self.threshold)
         return replace(self, response=self.response[start:end], response_tokens=len(tokens), reading=reading,
-                       seconds=0.0, token_logprobs=None, spans=())
+                       seconds=0.0, token_logprobs=None, spans=(), scorer=None)
+
+    def read_spans(self, spans: Sequence[tuple[int, int]]) -> tuple[SpanReading, ...]:
+        """The reading of each character span [start, end) of the response, many at once, from the passes
+        the estimator already ran (`scorer`: every estimator declaring `token_readings`): a span's
+        tokens are the response tokens overlapping it; spans may overlap. One sentence for a span
+        outside the response or holding no token."""
+        from ascp.attribution.spans import read_char_spans
+        from ascp.errors import AscpError
+
+        if self.scorer is None:
+            raise AscpError(f"reading {self.id!r} keeps no span scorer (its estimator {self.estimator!r} cannot read a "
+                            "part of the response, or it was read from JSON); probe it again with an estimator that "
+                            "can (ascp estimators: token_readings).")
+        return read_char_spans(list(self.scores), self.scorer, self.response, spans, self.threshold,
+                               f"reading {self.id!r}")
 
     def _repr_html_(self) -> str:
         from ascp.render import attribution_html

@@ -7,7 +7,9 @@ backend, `ascp.lm.attention`), and this estimator only maps them to scores: the 
 (`ascp.attribution.attention_map`) turns it into a predicted `loo` score in nats per response
 token, so the reading (normalised scores, tau(k), used) keeps `loo`'s meaning. The prediction has
 no per-example guarantee: `gated` (`ascp.attribution.gated`) re-scores the close decisions exactly.
-Runs on the transformers backend only (one sentence elsewhere).
+Per sentence (`spans="sentences"`) the map reads the sentence's own response rows and the knockout's
+drop over its own tokens, from the same pass. Runs on the transformers backend only (one sentence
+elsewhere).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ def attention_model(lm: LanguageModel, estimator: str) -> AttentionModel:
 class AttentionEstimator(Estimator):
     name = "attention"
     nats_per_token = True  # the map predicts `loo`'s nats per response token
+    token_readings = True  # a part of the response: the map over the rows and knockouts of its own tokens
     params: tuple[Param, ...] = (WEIGHTS,)
 
     def __init__(self, weights: str | None = None) -> None:
@@ -61,7 +64,7 @@ class AttentionEstimator(Estimator):
         read = attention_model(lm, self.name).read_attention(item.prompt, item.response_ids,
                                                              what=f"estimator {self.name!r}")
         return Scores(values=fitted.predict(read.features, read.knockout), tokens_processed=read.tokens_processed,
-                      full_logprobs=read.full_logprobs)
+                      full_logprobs=read.full_logprobs, span_scores=lambda tokens: fitted.predict(*read.over(tokens)))
 
 
 __all__ = ["WEIGHTS", "AttentionEstimator", "attention_model"]

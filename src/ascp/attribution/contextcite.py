@@ -52,7 +52,8 @@ class ContextCite(Estimator):
         rng = np.random.default_rng(self.seed)
         masks = rng.random((self.num_ablations, k)) < self.keep_prob
         scorer = Ablations(lm, item.prompt, item.response_ids)
-        outs = [np.asarray(o) for o in scorer.score([{i + 1: "" for i in range(k) if not m[i]} for m in masks])]
+        deletions = [item.prompt.deletion(i for i in range(k) if not m[i]) for m in masks]
+        outs = [np.asarray(o) for o in scorer.score(deletions)]
 
         def fit(tokens: Sequence[int]) -> np.ndarray:
             """The surrogate of the response tokens `tokens`: each mask's logit-probability of those tokens,

@@ -20,6 +20,11 @@ knockout pass costs: such passages are scored exactly before the gate reads any 
 when every deletion is stored the attention pass is skipped and the result is `loo`'s at `loo`'s
 price.
 
+Per sentence (`spans="sentences"`), a verified passage reads its exact deletion over the sentence's
+tokens and the others the map over the same tokens' attention rows and knockouts; the gate settled
+the whole response's decisions, not each sentence's, so a sentence's reading of an unverified passage
+is the map's prediction.
+
 What each call did is in `GatedScores.extra`: passages verified exactly (count and ids), of those
 whose deletion was stored (`stored`), the band, and the tokens fed by the attention pass and by
 the exact passes.
@@ -112,6 +117,7 @@ def gate(predicted: np.ndarray, threshold: float, band: float,
 class GatedEstimator(AttentionEstimator):
     name = "gated"
     causal = True  # every close decision is read from exact deletions
+    token_readings = True  # a part of the response: verified passages exactly, the others by the map (below)
     params: tuple[Param, ...] = (
         WEIGHTS,
         Param("band", float, None, "how far (nats per response token) an exact score may lie from its prediction; "
@@ -134,14 +140,17 @@ class GatedEstimator(AttentionEstimator):
         cut = used_cut(k, item.threshold)  # the probe's own rule: the gate settles the decisions it reads
         ablations = Ablations(lm, item.prompt, item.response_ids, reuse_prefix=self.reuse_prefix)
 
-        deletions = [{i + 1: ""} for i in range(k)]
+        deletions = [item.prompt.deletion([i]) for i in range(k)]
+        ablated_tokens: dict[int, np.ndarray] = {}  # each exactly scored passage's per-token log-probabilities
 
         def exact(indices: list[int]) -> np.ndarray:
             ablated = ablations.score([deletions[i] for i in indices])
+            ablated_tokens.update(zip(indices, (np.asarray(a) for a in ablated), strict=True))
             full = ablations.full_logprobs.mean()
             return np.array([full - a.mean() for a in ablated])
 
         stored = ablations.stored(deletions)  # a context probed before: these deletions cost a knockout's tokens
+        read = None
         if k <= EXACT_UP_TO or len(stored) == k:
             raw, verified, attention_tokens = exact(list(range(k))), np.ones(k, dtype=bool), 0
         else:
@@ -152,9 +161,20 @@ class GatedEstimator(AttentionEstimator):
             raw, verified = gate(fitted.predict(read.features, read.knockout), cut, band, exact, first=stored)
             attention_tokens = read.tokens_processed
         exact_tokens = ablations.tokens_processed
+        full_tokens = np.asarray(ablations.full_logprobs)  # already scored: the last passage is always verified
+
+        def span_scores(tokens: Sequence[int]) -> np.ndarray:
+            """Verified passages read exactly over the tokens (loo's per-token drop); the others by the map
+            over the same tokens' rows and knockouts."""
+            rows = list(tokens)
+            predicted = fitted.predict(*read.over(rows)) if read is not None else np.full(k, np.nan)
+            return np.array([full_tokens[rows].mean() - ablated_tokens[i][rows].mean() if verified[i]
+                             else predicted[i] for i in range(k)])
+
         return GatedScores(
             values=raw,
             tokens_processed=attention_tokens + exact_tokens,
+            span_scores=span_scores,
             extra={"verified": int(verified.sum()),
                    "verified_ids": [item.passages[i].id for i in np.flatnonzero(verified)],
                    "stored": len(stored), "band": band, "attention_tokens": attention_tokens,

@@ -9,6 +9,11 @@ group score is a single-passage deletion, so the result equals `loo` exactly. Pe
 
 Default group size: ceil(sqrt(k)), which balances coarse passes (k/g) against refinement (g
 per refined group); default `refine_top`: 2 groups.
+
+Over sentence sources (`sources="sentences"`) the groups are the passages (AttriBoT's
+passage-then-sentence order): each passage is deleted whole, and only inside the `refine_top`
+passages with the largest positive drop is each sentence deleted on its own; the sentences of a
+passage that is not refined share its drop. `Scores.extra["deletions"]` counts the deletions run.
 """
 
 from __future__ import annotations
@@ -49,17 +54,30 @@ class HierarchicalLOO(Estimator):
         size = self.group_size or max(1, math.ceil(math.sqrt(k)))
         return [list(range(lo, min(k, lo + size))) for lo in range(0, k, size)]
 
+    def groups_of(self, item: ProbeInput) -> list[list[int]]:
+        """The groups of one input: its passages when the sources are sentences (unless `group_size` is
+        set), else `groups(k)`."""
+        if item.prompt.source_passages and self.group_size is None:
+            out: list[list[int]] = []
+            for i, passage in enumerate(item.prompt.source_passages):
+                if out and item.prompt.source_passages[out[-1][0]] == passage:
+                    out[-1].append(i)
+                else:
+                    out.append([i])
+            return out
+        return self.groups(len(item.passages))
+
     def score(self, lm: LanguageModel, item: ProbeInput) -> Scores:
         k = len(item.passages)
-        groups = self.groups(k)
+        groups = self.groups_of(item)
         scorer = Ablations(lm, item.prompt, item.response_ids, reuse_prefix=self.reuse_prefix)
-        coarse = scorer.score([{i + 1: "" for i in g} for g in groups])
+        coarse = scorer.score([item.prompt.deletion(g) for g in groups])
         full_tokens = np.asarray(scorer.full_logprobs)
         full = full_tokens.mean()
         group_drop = np.array([full - c.mean() for c in coarse])
         ranked = [j for j in np.argsort(-group_drop, kind="stable") if group_drop[j] > 0 and len(groups[j]) > 1]
         refine = [i for j in ranked[: self.refine_top] for i in groups[j]]
-        fine = scorer.score([{i + 1: ""} for i in refine]) if refine else []
+        fine = scorer.score([item.prompt.deletion([i]) for i in refine]) if refine else []
         # each passage's deletion, read over any response tokens: its own (refined) or its group's, shared
         deleted: list[tuple[np.ndarray, int]] = [(np.zeros(0), 1)] * k
         for g, c in zip(groups, coarse, strict=True):
@@ -73,4 +91,4 @@ class HierarchicalLOO(Estimator):
             return np.array([(full_tokens[rows].mean() - ablated[rows].mean()) / share for ablated, share in deleted])
 
         return Scores(values=span_scores(range(len(full_tokens))), tokens_processed=scorer.tokens_processed,
-                      span_scores=span_scores)
+                      span_scores=span_scores, extra={"deletions": len(groups) + len(refine)})

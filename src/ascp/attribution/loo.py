@@ -40,7 +40,7 @@ class LeaveOneOut(Estimator):
     def score(self, lm: LanguageModel, item: ProbeInput) -> Scores:
         k = len(item.passages)
         ablations = Ablations(lm, item.prompt, item.response_ids, reuse_prefix=self.reuse_prefix)
-        ablated = ablations.score([{i + 1: self.replacement(lm, item, i)} for i in range(k)])
+        ablated = ablations.score([{item.prompt.segment_of(i): self.replacement(lm, item, i)} for i in range(k)])
         full = ablations.full_logprobs
         return Scores(
             values=np.array([full.mean() - a.mean() for a in ablated]),
@@ -75,7 +75,8 @@ class Replacement(LeaveOneOut):
     def replacement(self, lm: LanguageModel, item: ProbeInput, index: int) -> str:
         if not self.filler.strip():
             return ""
-        prompt, segment = item.prompt, index + 1
+        prompt = item.prompt
+        segment = prompt.segment_of(index)
         target = prompt.num_tokens
         words = self.filler.split()
         block = prompt.segment_texts[segment]

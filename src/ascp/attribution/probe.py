@@ -34,6 +34,7 @@ from ascp.attribution import (
     make_estimator,
 )
 from ascp.attribution.base import Estimator, ProbeInput
+from ascp.attribution.sources import check_sources, sentence_sources
 from ascp.attribution.spans import check_spans, read_sentences
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
@@ -41,7 +42,7 @@ from ascp.lm.prompts import PromptTemplate
 from ascp.lm.sampling import SamplingConfig, derive_seed
 from ascp.params import canonical_name, validate
 from ascp.reading import Reading, check_threshold, read_scores
-from ascp.types import AttributionRequest, AttributionResult, TokenLogprobs
+from ascp.types import AttributionRequest, AttributionResult, SpanScorer, TokenLogprobs
 
 if TYPE_CHECKING:
     from ascp.lm.protocol import LanguageModel
@@ -64,6 +65,7 @@ class ProbeSettings:
     options: Mapping[str, Any] = field(default_factory=dict)
     threshold: float | None = None
     spans: str | None = None  # "sentences": a reading per response sentence too (`ascp.attribution.spans`)
+    sources: str = "passages"  # "sentences": each passage's sentences are the sources (`ascp.attribution.sources`)
 
     def __post_init__(self) -> None:
         if not isinstance(self.estimator, str):
@@ -78,6 +80,7 @@ class ProbeSettings:
             raise AscpError(f"estimator {self.estimator!r}: option {both[0]} is given twice (in the name and as an "
                             "option); give it once.")
         check_threshold(self.threshold)
+        check_sources(self.sources)
         options = validate(f"estimator {name!r}", estimator_params(name), {**written, **self.options})
         object.__setattr__(self, "estimator", name)
         object.__setattr__(self, "options", options)
@@ -115,17 +118,18 @@ class ProbeSettings:
 
 
 def probe_settings(estimator: str | ProbeSettings | None = None, threshold: float | None = None,
-                   options: Mapping[str, Any] | None = None, spans: str | None = None) -> ProbeSettings:
+                   options: Mapping[str, Any] | None = None, spans: str | None = None,
+                   sources: str | None = None) -> ProbeSettings:
     """The probe's settings from what an edge received: an estimator name or spec (None: the default
-    estimator) with a threshold, options and spans, or ready `ProbeSettings` (then with none beside it)."""
+    estimator) with a threshold, options, spans and sources (None: passages), or ready `ProbeSettings`
+    (then with none beside it)."""
     if isinstance(estimator, ProbeSettings):
-        if threshold is not None or options or spans is not None:
-            raise AscpError("give the threshold, the spans and the estimator options inside the ProbeSettings, not "
-                            "beside it.")
+        if threshold is not None or options or spans is not None or sources is not None:
+            raise AscpError("give the threshold, the spans, the sources and the estimator options inside the "
+                            "ProbeSettings, not beside it.")
         return estimator
-    if estimator is None:
-        return ProbeSettings(options=dict(options or {}), threshold=threshold, spans=spans)
-    return ProbeSettings(estimator, dict(options or {}), threshold, spans)
+    return ProbeSettings(DEFAULT_ESTIMATOR if estimator is None else estimator, dict(options or {}), threshold,
+                         spans, "passages" if sources is None else sources)
 
 
 @dataclass(frozen=True)
@@ -196,8 +200,14 @@ def prepare_inputs(
     lm: LanguageModel, requests: Sequence[AttributionRequest], config: ProbeConfig,
     progress: Callable[[int], None] | None = None,
 ) -> list[ProbeInput]:
-    """Encode prompts, check lengths, and generate the missing responses (free protocol)."""
+    """Encode prompts (cut into sentence sources when the settings ask), check lengths, and generate the
+    missing responses (free protocol)."""
     prompts = [lm.encode_prompt(r.question, r.passages, config.template) for r in requests]
+    sources = [r.passages for r in requests]
+    if config.probe.sources == "sentences":  # cut before any generation: a passage may refuse
+        cuts = [sentence_sources(p, r.passages, config.template, f"request {r.id!r}")
+                for r, p in zip(requests, prompts, strict=True)]
+        prompts, sources = [c[0] for c in cuts], [c[1] for c in cuts]
     responses: list[tuple[str, tuple[int, ...]] | None] = []
     for r, p in zip(requests, prompts, strict=True):
         if r.response is None:
@@ -222,9 +232,9 @@ def prepare_inputs(
             lm.check_fits(f"request {requests[i].id!r}", prompts[i].num_tokens, len(ids))
             responses[i] = (text, ids)
     out = []
-    for r, p, resp in zip(requests, prompts, responses, strict=True):
+    for r, p, s, resp in zip(requests, prompts, sources, responses, strict=True):
         assert resp is not None  # every missing response was generated above
-        out.append(ProbeInput(r.question, r.passages, p, resp[0], resp[1]))
+        out.append(ProbeInput(r.question, s, p, resp[0], resp[1]))
     return out
 
 
@@ -250,4 +260,7 @@ def attribute_one(lm: LanguageModel, estimator: Estimator, request: AttributionR
         extra=dict(probed.extra),
         tokens_processed=probed.tokens_processed,
         spans=spans,
+        sources=config.probe.sources,
+        scorer=(SpanScorer(probed.span_scores, probed.token_spans)
+                if probed.span_scores is not None and probed.token_spans is not None else None),
     )

@@ -47,7 +47,7 @@ def run_attribution(
     max_new_tokens: int, temperature: float, top_p: float, threshold: float | None,
     instruction: str, device: str, show: bool, html_path: Path | None = None, template: str | None = None,
     system: str = "", backend: str = "auto", embedder: str | None = None, request_cache: str | None = None,
-    spans: str | None = None, cite_markers: str | None = None,
+    spans: str | None = None, cite_markers: str | None = None, sources: str | None = None,
 ) -> None:
     """`ascp attribute` (and, with `cite_markers`, `ascp cite`: per-sentence readings written as causal
     citations, one `CitedResponse` record per request)."""
@@ -65,10 +65,11 @@ def run_attribution(
         if cite_markers not in MARKERS:
             raise AscpError(f"--markers must be positions or ids, got {cite_markers!r}.")
         spans = "sentences"
-    settings = probe_settings(estimator_name, threshold, spans=spans)
+    settings = probe_settings(estimator_name, threshold, spans=spans, sources=sources)
     if embedder is not None:
         settings = probe_settings(settings.estimator, threshold,
-                                  {**settings.options, **proxy_embedder([settings.estimator], embedder)}, spans)
+                                  {**settings.options, **proxy_embedder([settings.estimator], embedder)}, spans,
+                                  sources)
     sampling = SamplingConfig(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
     probe = Probe(None, settings, seed=seed, instruction=instruction, sampling=sampling,
                   template=read_template(template), system=system)
@@ -111,6 +112,11 @@ def run_attribution(
 
 
 
+SourcesOpt = Annotated[str | None, typer.Option(
+    "--sources", help="passages (default) or sentences: each passage's sentences are the sources, ids "
+    "<passage id>#<n>, the prompt unchanged.")]
+
+
 def proxy_embedder(estimators: list[str], embedder: str | None) -> dict[str, str]:
     """`--embedder` of the cosine proxies, checked before any work: {"embedder": canonical} or {}."""
     from ascp.attribution import estimator_facts, estimator_names
@@ -148,14 +154,15 @@ def attribute(
     request_cache: RequestCacheOpt = None,
     spans: Annotated[str | None, typer.Option("--spans", help="sentences: also a reading per response sentence "
                                               "(each record's `spans`), from the passes the estimator already "
-                                              "ran (loo, replace, contextcite; the proxies score each "
-                                              "sentence's text).")] = None,
+                                              "ran (every built-in estimator; the proxies score "
+                                              "each sentence's text).")] = None,
+    sources: SourcesOpt = None,
 ) -> None:
     """Score how much a fixed (or freshly generated) response relied on each passage."""
     with user_errors():
         run_attribution(input, estimator, model, seed, out_path, max_new_tokens, temperature, top_p,
                         threshold, instruction, device, show, html, template, system, backend, embedder,
-                        request_cache, spans)
+                        request_cache, spans, sources=sources)
 
 
 
@@ -179,12 +186,13 @@ def cite(
     template: TemplateOpt = None,
     system: SystemOpt = "",
     request_cache: RequestCacheOpt = None,
+    sources: SourcesOpt = None,
 ) -> None:
     """Cite each sentence of a fixed (or freshly generated) response with the passages it used, causally."""
     with user_errors():
         run_attribution(input, estimator, model, seed, out_path, max_new_tokens, temperature, top_p, threshold,
                         instruction, device, False, None, template, system, backend, None, request_cache,
-                        cite_markers=markers)
+                        cite_markers=markers, sources=sources)
 
 
 @app.command("pools")

@@ -75,6 +75,7 @@ class _Pooling:
 
         self.rows = rows
         self.out = np.zeros((blocks.shape[1], layers, heads))
+        self.per_row = np.zeros((rows, blocks.shape[1], layers, heads), dtype=np.float32)  # each row's masses
         self.blocks = torch.from_numpy(blocks)  # (T, k) block indicator
         self.seen: set[int] = set()
         self.peak_bytes = 0
@@ -105,7 +106,9 @@ class _Pooling:
             logits = logits.masked_fill(~allowed, float("-inf"))
             weights = torch.softmax(logits, dim=-1)
             self.peak_bytes = max(self.peak_bytes, 2 * weights.nbytes + allowed.nbytes)
-            total += torch.matmul(weights, blocks).sum(dim=1)  # (H, k)
+            masses = torch.matmul(weights, blocks)  # (H, r, k)
+            self.per_row[lo - first:hi - first, :, layer, :] = masses.permute(1, 2, 0).cpu().numpy()
+            total += masses.sum(dim=1)  # (H, k)
         self.out[:, layer, :] = (total / self.rows).T.double().cpu().numpy()
         self.seen.add(layer)
 
@@ -146,10 +149,11 @@ def _truncate(cache: Any, keep: int) -> None:
 
 
 def knockout_scores(holder: Any, cache: Any, ids: Sequence[int], response: Sequence[int],
-                    spans: Sequence[tuple[int, int]], full: np.ndarray) -> tuple[np.ndarray, int]:
+                    spans: Sequence[tuple[int, int]], full: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
     """Per passage span, mean(full) minus the mean log-probability of `response` when its rows
     cannot attend to the span's keys; `cache` holds at least the prompt's first len(ids) - 1
-    positions and is left holding exactly those. Returns (scores, tokens fed)."""
+    positions and is left holding exactly those. Returns (scores, tokens fed, the per-token
+    log-probabilities behind each score, shape (spans, R))."""
     import torch
 
     model = holder.model
@@ -162,6 +166,7 @@ def knockout_scores(holder: Any, cache: Any, ids: Sequence[int], response: Seque
     base[0, 0, :, keep:] = torch.full((n, n), blocked, dtype=dtype, device=holder.device).triu(1)
     target = torch.tensor(list(response), dtype=torch.long, device=holder.device)[:, None]
     out = np.empty(len(spans))
+    tokens = np.empty((len(spans), n))
     for j, (a, b) in enumerate(spans):
         _truncate(cache, keep)
         mask = base.clone()
@@ -171,8 +176,9 @@ def knockout_scores(holder: Any, cache: Any, ids: Sequence[int], response: Seque
                            logits_to_keep=n).logits
         hidden = torch.log_softmax(logits[0].to(torch.float64), dim=-1).gather(-1, target)[:, 0]
         out[j] = float(full.mean()) - float(hidden.mean())
+        tokens[j] = hidden.cpu().numpy()
     _truncate(cache, keep)
-    return out, len(spans) * n
+    return out, len(spans) * n, tokens
 
 
 def read_attention(holder: Any, prompt: EncodedPrompt, response: Sequence[int],
@@ -233,11 +239,12 @@ def read_attention(holder: Any, prompt: EncodedPrompt, response: Sequence[int],
         _truncate(cache, len(ids))
         store.put(tuple(ids), holder.snapshot_cache(cache, len(ids)))
     knocked = np.full(len(spans), np.nan)
-    chosen = range(len(spans)) if knockout_of is None else sorted(set(knockout_of))
-    knocked[list(chosen)], knockout_tokens = knockout_scores(holder, cache, ids, response,
-                                                             [spans[i] for i in chosen], full)
+    knocked_tokens = np.full((len(spans), len(response)), np.nan)
+    chosen = list(range(len(spans)) if knockout_of is None else sorted(set(knockout_of)))
+    knocked[chosen], knockout_tokens, knocked_tokens[chosen] = knockout_scores(
+        holder, cache, ids, response, [spans[i] for i in chosen], full)
     return AttentionPass(pooling.out, knocked, full, tokens_fed(len(ids), len(response)) - keep + knockout_tokens,
-                         pooling.peak_bytes, tuple(spans))
+                         pooling.peak_bytes, tuple(spans), pooling.per_row, knocked_tokens)
 
 
 __all__ = ["POOLED_ATTENTION", "knockout_scores", "passage_token_spans", "read_attention"]

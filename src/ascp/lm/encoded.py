@@ -9,7 +9,7 @@ block ending in "\\n\\n" before "[" is one token on its own but two inside the t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import accumulate
 
@@ -22,12 +22,31 @@ class EncodedPrompt:
     """A prompt's text, kept per segment [prefix, passage_1..passage_k, tail], and its token ids.
 
     `text` is exactly the concatenation of `segment_texts`; `ids` is `tokenizer(text)` of that
-    whole text, the ids every pass scores.
+    whole text, the ids every pass scores. `passage_ids` are the ids of the *sources*, the units an
+    estimator deletes, in context order: by default one passage block each, segment i + 1 for source
+    i. With sentence sources (`ascp.attribution.sources`) the same text is cut finer:
+    `source_segments` names the segment each source's deletion removes (a sentence of a passage,
+    the block's identifier and title staying) and `source_passages` the passage each source lies in.
     """
 
     segment_texts: tuple[str, ...]
     ids: tuple[int, ...]
     passage_ids: tuple[str, ...]
+    source_segments: tuple[int, ...] = ()  # (): source i is segment i + 1
+    source_passages: tuple[str, ...] = ()  # (): every source is a whole passage
+
+    def segment_of(self, source: int) -> int:
+        """The segment index source `source` (its context position) deletes."""
+        return self.source_segments[source] if self.source_segments else source + 1
+
+    def deletion(self, sources: Iterable[int]) -> dict[int, str]:
+        """The edit that deletes the given sources (context positions)."""
+        return {self.segment_of(i): "" for i in sources}
+
+    @property
+    def passage_of_source(self) -> tuple[str, ...]:
+        """The passage each source lies in, in context order (each source's own id for passage sources)."""
+        return self.source_passages or self.passage_ids
 
     @property
     def text(self) -> str:
@@ -42,9 +61,11 @@ class EncodedPrompt:
         return "".join(edit.get(i, seg) for i, seg in enumerate(self.segment_texts))
 
     def passage_char_spans(self) -> dict[str, tuple[int, int]]:
-        """Character span [start, end) of each passage block inside `text`."""
+        """Character span [start, end) inside `text` of each source: what its deletion removes (a passage
+        block, or a sentence of one)."""
         starts = [0, *accumulate(len(s) for s in self.segment_texts)]
-        return {pid: (starts[i + 1], starts[i + 2]) for i, pid in enumerate(self.passage_ids)}
+        return {pid: (starts[self.segment_of(i)], starts[self.segment_of(i) + 1])
+                for i, pid in enumerate(self.passage_ids)}
 
 
 def common_prefix(a, b) -> int:

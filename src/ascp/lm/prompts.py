@@ -119,6 +119,16 @@ class PromptTemplate:
         fmt = self.passage_format if passage.title.strip() else self.untitled_passage_format
         return fmt.format(id=passage.id, title=passage.title.strip(), text=passage.text.strip())
 
+    def passage_block_parts(self, passage: Passage) -> tuple[str, str, str] | None:
+        """The block as (what precedes the text, the text, what follows it), so that a part of the text
+        can be deleted in place; None when the passage format does not hold the text exactly once."""
+        fmt = self.passage_format if passage.title.strip() else self.untitled_passage_format
+        if [name for _, name, _, _ in string.Formatter().parse(fmt)].count("text") != 1:
+            return None
+        marker = "\x00text\x00"  # no passage field holds a NUL (`ascp.params.check_text`)
+        head, _, tail = fmt.format(id=passage.id, title=passage.title.strip(), text=marker).partition(marker)
+        return head, passage.text.strip(), tail
+
     def question_text(self, question: str, earlier_outputs: Sequence[str] = ()) -> str:
         """The tail of the user message; earlier outputs (Carriage) are listed before the question."""
         earlier = ""

@@ -226,6 +226,10 @@ class AttentionPass:
         logits and weights in float32 and their boolean mask), next to eager attention's
         layers x heads x T x T weights.
     spans: each passage block's token span [start, end) in the prompt (`passage_token_spans`).
+    row_features: shape (R, k, layers, heads), the attention mass of each response row (the row that
+        predicts response token r) per block: `features` is their mean over the rows.
+    knockout_logprobs: shape (k, R), the per-token log-probabilities behind each knockout score (NaN
+        rows where `knockout` is NaN): a part of the response reads both over its own tokens.
     """
 
     features: np.ndarray
@@ -234,6 +238,17 @@ class AttentionPass:
     tokens_processed: int
     pooling_bytes: int = 0
     spans: tuple[tuple[int, int], ...] = ()
+    row_features: np.ndarray | None = None
+    knockout_logprobs: np.ndarray | None = None
+
+    def over(self, tokens: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(features, knockout) read over some response tokens only (their indexes): the rows that predict
+        them, and the knockout's mean drop over them."""
+        if self.row_features is None or self.knockout_logprobs is None:
+            raise ValueError("this pass kept no per-row features")
+        rows = list(tokens)
+        knockout = self.full_logprobs[rows].mean() - self.knockout_logprobs[:, rows].mean(axis=1)
+        return self.row_features[rows].astype(np.float64).mean(axis=0), knockout
 
 
 @runtime_checkable

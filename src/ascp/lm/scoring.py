@@ -188,5 +188,5 @@ def exact_floor_tokens(full: Sequence[int], variants: Sequence[Sequence[int]], r
 def exact_loo_floor_tokens(lm, prompt, response_tokens: int) -> int:
     """`exact_floor_tokens` for the k single-passage deletions of leave-one-out."""
     k = len(prompt.passage_ids)
-    variants = [lm.encode(prompt.edited_text({i + 1: ""})) for i in range(k)]
+    variants = [lm.encode(prompt.edited_text(prompt.deletion([i]))) for i in range(k)]
     return exact_floor_tokens(prompt.ids, variants, response_tokens)

@@ -70,6 +70,9 @@ class LoopConfig:
             raise AscpError(f"T={self.T} rounds per case is more than ascp runs (at most {MAX_ROUNDS}); give a "
                             "smaller T.")
         check_scheduler(self.policy)  # the name and its options, before any model loads
+        if self.probe.sources != "passages":
+            raise AscpError(f"the closed loop schedules passages, so its probe reads passages; sources "
+                            f"{self.probe.sources!r} applies to ascp attribute and ascp cite only.")
 
 
 def check_pools(cases: Sequence[Case], k: int, where: str = "") -> None:

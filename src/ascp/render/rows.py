@@ -17,8 +17,10 @@ class PassageRow:
 
 
 def passage_rows(result: AttributionResult) -> list[PassageRow]:
-    return [
-        PassageRow(id=pid, text=result.passage_text(pid).strip(), score=score, normalized=result.normalized[pid],
-                   used=pid in result.used)
-        for pid, score in result.scores.items()
-    ]
+    """A row per source; a sentence source (`sources="sentences"`) shows its id before its text."""
+    def text(pid: str) -> str:
+        shown = result.passage_text(pid).strip()
+        return f"[{pid}] {shown}" if result.sources == "sentences" else shown
+
+    return [PassageRow(id=pid, text=text(pid), score=score, normalized=result.normalized[pid], used=pid in result.used)
+            for pid, score in result.scores.items()]

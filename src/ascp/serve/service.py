@@ -91,13 +91,6 @@ def _seed(where: str, body: Mapping[str, Any], default: int) -> int:
     return seed
 
 
-def _sources(where: str, body: Mapping[str, Any]) -> None:
-    sources = body.get("sources", "passages")
-    if sources != "passages":
-        raise AscpError(f"{where}: sources {sources!r} is not available; the sources are the passages "
-                        "(drop the field or write \"passages\").")
-
-
 def _threshold(body: Mapping[str, Any], defaults: ServeDefaults) -> float | None:
     return body.get("threshold", defaults.threshold)  # an explicit null is tau(k), whatever the default
 
@@ -116,7 +109,6 @@ def parse_attribute(body: Any, defaults: ServeDefaults, limits: ServeLimits,
     if isinstance(passages, list) and len(passages) > limits.max_passages:
         raise TooLarge(f"{where} holds {len(passages)} passages, over this service's limit of "
                        f"{limits.max_passages}; send fewer or start it with a larger --max-passages.")
-    _sources(where, body)
     request = parse_request(where, body)
     if markers is not None:
         from ascp.metrics.citations import MARKERS
@@ -125,7 +117,8 @@ def parse_attribute(body: Any, defaults: ServeDefaults, limits: ServeLimits,
         if markers not in MARKERS:
             raise AscpError(f"{where}: 'markers' must be positions or ids, got {markers!r}.")
     spans = "sentences" if markers is not None else body.get("spans")
-    settings = probe_settings(body.get("estimator", defaults.estimator), _threshold(body, defaults), spans=spans)
+    settings = probe_settings(body.get("estimator", defaults.estimator), _threshold(body, defaults), spans=spans,
+                              sources=body.get("sources"))
     return AttributeJob(request, settings, _seed(where, body, defaults.seed), markers)
 
 
