@@ -1,10 +1,12 @@
 """Which source supports each sentence: the estimators head to head on ContextCite's own metrics.
 
-Contexts: the last `--contexts` eligible items of the ASQA pools and of HotpotQA in
-`../shared/data` (k = 5 passages as the data ranks them), refused if any committed plan or split
-under docs/results/ names their case, each with the embedded model's own sampled response; every
-response sentence is a span. Per sentence and method, with the sources ranked by the method's
-reading of that sentence:
+Contexts: the first `--contexts` ASQA pools and HotpotQA questions of `../shared/data` (file order,
+k = 5 passages as the data ranks them) that no committed run or fit used: no record under
+docs/results/ and no position of the shipped attention map's fit names them (`used_cases`; the
+plans' reserved splits that never ran do not count). Each gets the embedded model's own sampled
+response; every response sentence is a span. Both source granularities run on the same contexts and
+responses: the k passages, and their sentences (`sources="sentences"`, ids `<passage>#<n>`). Per
+sentence and method, with the sources ranked by the method's reading of that sentence:
 
 - **top-k drop** (k = 1, 3): the sentence's log-probability (summed over its tokens) under the full
   context minus under the context without the k top-ranked sources (ContextCite's metric; higher is
@@ -14,10 +16,18 @@ reading of that sentence:
   method's additive prediction (the sum of the kept sources' scores) and the actual logit-probability
   of the sentence (ContextCite's target);
 
-and per response the tokens each method fed and its seconds. `gated` and `attention` read the whole
-response only, so every sentence gets their whole-response ranking (flagged in the table). Sources
-are passages; sentence sources (`sources="sentences"`) are not built yet, so the table of that
-granularity is absent. The `context-cite` package itself is not run (it loads models from the hub).
+and per response the tokens each method fed and its seconds. Every method reads each sentence from
+its own passes (`spans="sentences"`). `context-cite` is the package of the ContextCite paper
+(0.0.4, in the bench lock) at its defaults (64 ablations, keep 0.5, Lasso 0.01, its own masks),
+given ascp's model, tokenizer, prompt and sources through its partitioner interface and the
+response through its output cache; its import-time `nltk.download` is made a no-op (offline; the
+partitioner given needs no nltk data). The targets: per-sentence readings feed no extra token
+(`loo` with and without spans), exact `loo` over sentences at most 0.35x the tokens of
+`contextcite-64` with a top-3 drop at least as large, and per-sentence `loo` equal to a naive
+leave-one-out (independent passes, no prefix reuse) within 5e-3 nats per token on the first
+`--naive` contexts of each task.
+
+Rows are appended per context to OUT/rows.jsonl, so a stopped run resumes where it stopped.
 
     python benchmarks/spans_head_to_head.py --out docs/results/spans [--contexts 20] [--lds-masks 32]
 """
@@ -25,10 +35,13 @@ granularity is absent. The `context-cite` package itself is not run (it loads mo
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import platform
+import re
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -39,163 +52,322 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from task_requests import check_files, task_requests  # noqa: E402  (the requests of the shared data)
+from task_requests import FILES, check_files  # noqa: E402  (the shared data files)
 
 K = 5
-METHODS = {  # name -> (estimator spec, reads sentences)
-    "loo": ("loo", True), "hierarchical": ("hierarchical", True),
-    "contextcite-32": ("contextcite(num_ablations=32)", True),
-    "contextcite-64": ("contextcite(num_ablations=64)", True),
-    "gated": ("gated", False), "attention": ("attention", False),
-    "bm25": ("bm25", True), "yd-cosine": ("yd-cosine", True),
+GRANULARITIES = ("passages", "sentences")
+METHODS = {  # name -> estimator spec (None: the context-cite package)
+    "loo": "loo", "hierarchical": "hierarchical", "gated": "gated", "attention": "attention",
+    "contextcite-32": "contextcite(num_ablations=32)", "contextcite-64": "contextcite(num_ablations=64)",
+    "context-cite package": None, "bm25": "bm25", "yd-cosine": "yd-cosine",
 }
+_CASE_ID = re.compile(r"-?\d{6,}|[0-9a-f]{24}")  # ASQA's and HotpotQA's case ids as they appear in records
 
 
-def committed_cases() -> set[str]:
-    """Every case id a committed plan or split names (the contexts here must be new to all of them)."""
-    ids: set[str] = set()
-    for path in [*ROOT.glob("docs/results/**/plan.json"), *ROOT.glob("docs/results/**/splits.json")]:
-        def walk(node: Any) -> None:
-            if isinstance(node, dict):
-                for key, value in node.items():
-                    if key in ("cases", "case_ids", "test", "dev", "train") and isinstance(value, list):
-                        ids.update(str(v) for v in value if isinstance(v, (str, int)))
-                    walk(value)
-            elif isinstance(node, list):
-                for value in node:
-                    walk(value)
-        walk(json.loads(path.read_text(encoding="utf-8")))
-    return ids
+def used_cases(case_ids: set[str]) -> set[str]:
+    """The case ids that a committed run or fit used: named in any record under docs/results/ (not in a
+    plan's or split's reserved list) or at a position of the shipped attention map's fit."""
+    from ascp.data import load_cases
+
+    used: set[str] = set()
+    for path in (ROOT / "docs" / "results").rglob("*"):
+        if not path.is_file() or path.suffix in (".png", ".svg") or path.name in ("plan.json", "splits.json"):
+            continue
+        data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        used |= set(_CASE_ID.findall(data.decode("utf-8", "replace"))) & case_ids
+    fit = json.loads((ROOT / "src/ascp/resources/attention_maps/smollm2-135m-instruct.json").read_text())["fit"]
+    fitted = [c.id for c in load_cases(ROOT.parent / "shared" / "data" / fit["data"]["path"], rank_by="given")]
+    for positions in fit["positions_used"].values():
+        used |= {fitted[i] for i in positions}
+    return used
 
 
-def sentence_logprob(logprobs: Any, tokens: Sequence[int]) -> float:
-    return float(sum(logprobs[t] for t in tokens))
+def fresh_requests(per_task: int) -> list[dict[str, Any]]:
+    """The first `per_task` eligible contexts per task that no committed run or fit used."""
+    from ascp.data import load_cases
+
+    cases = {task: load_cases(path, rank_by="given") for task, path in FILES.items()}
+    used = used_cases({c.id for v in cases.values() for c in v})
+    per: list[list[dict[str, Any]]] = []
+    for task, items in cases.items():
+        chosen = [(i, c) for i, c in enumerate(items) if len(c.pool) >= K and c.id not in used][:per_task]
+        if len(chosen) < per_task:
+            raise SystemExit(f"{task} has only {len(chosen)} eligible contexts that no committed run or fit used.")
+        per.append([{"id": f"{task}/{c.id}", "task": task, "position": i, "question": c.question, "response": None,
+                     "passages": [{"id": p.id, "title": p.title, "text": p.text} for p in c.pool[:K]]}
+                    for i, c in chosen])
+    return [r for pair in zip(*per, strict=True) for r in pair]  # tasks alternate: a stopped run stays balanced
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True, help="folder for results.json, README.md, cost.png")
-    parser.add_argument("--contexts", type=int, default=20, help="contexts per task (default 20)")
-    parser.add_argument("--lds-masks", type=int, default=32, help="random ablations of the LDS (default 32)")
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    check_files()
-    args.out.mkdir(parents=True, exist_ok=True)
+def package_reading(lm: Any, prompt: Any, question: str, response: str, spans: Sequence[tuple[int, int]]
+                    ) -> tuple[list[Any], int, float, bool]:
+    """The context-cite package at its defaults over `prompt`'s sources: its attributions per span (character
+    offsets of the response), the tokens it fed, its seconds, and whether its prompt ids equal ascp's."""
+    import nltk
+    import numpy as np
 
+    nltk.download = lambda *args, **kwargs: True  # its utils download punkt_tab at import; no network here
+    from context_cite import ContextCiter
+    from context_cite.context_partitioner import BaseContextPartitioner
+
+    segments = prompt.segment_texts
+    sources = {prompt.segment_of(i): i for i in range(len(prompt.passage_ids))}
+
+    class Sources(BaseContextPartitioner):
+        """The context as ascp cut it: the passage blocks between the instruction and the question."""
+
+        @property
+        def num_sources(self) -> int:
+            return len(sources)
+
+        def split_context(self) -> None:
+            return None
+
+        def get_source(self, index: int) -> str:
+            return segments[prompt.segment_of(index)]
+
+        def get_context(self, mask: Any = None) -> str:
+            keep = np.ones(len(sources), dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+            return "".join(s for j, s in enumerate(segments[1:-1], start=1) if j not in sources or keep[sources[j]])
+
+    head, tail = lm.frame("")
+    instruction = segments[0][len(head):]
+    question_part = segments[-1][: len(segments[-1]) - len(tail)]
+    if not question_part.endswith(question.strip()):
+        raise SystemExit("the prompt's tail does not end with the question; the benchmark expects ascp's template")
+    template = (instruction.replace("{", "{{").replace("}", "}}") + "{context}"
+                + question_part[: -len(question.strip())].replace("{", "{{").replace("}", "}}") + "{query}")
+    context = "".join(segments[1:-1])
+    cc = ContextCiter(lm.model, lm.tokenizer, context, question.strip(), partitioner=Sources(context),
+                      prompt_template=template)
+    ids, chat_prompt = cc._get_prompt_ids(return_prompt=True)
+    cc._cache["output"] = chat_prompt + response
+    start = time.perf_counter()
+    cc._compute_masks_and_logit_probs()
+    seconds = time.perf_counter() - start
+    response_ids = cc._response_ids
+    fed = sum(len(cc._get_prompt_ids(mask=m)) + len(response_ids) for m in cc._masks)
+    return ([cc.get_attributions(a, b, verbose=False) for a, b in spans], fed, seconds,
+            list(ids) == list(prompt.ids))
+
+
+def run_context(lm: Any, request: dict[str, Any], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every granularity and method on one context: the rows of its sentences, and one cost row per method."""
     import numpy as np
     from scipy.stats import spearmanr
 
-    from ascp.api import Probe, load_model
+    from ascp.api import Probe
     from ascp.attribution.ablation import Ablations
     from ascp.attribution.contextcite import logit_prob
+    from ascp.attribution.sources import sentence_sources
     from ascp.attribution.spans import assign_tokens
     from ascp.lm.prompts import prompt_template
-    from ascp.lm.sampling import SamplingConfig, derive_seed
+    from ascp.lm.sampling import derive_seed
     from ascp.types import Passage
 
-    lm = load_model("default")
-    requests = [{**r, "task": r["id"].split("/")[0]}
-                for r in task_requests(args.contexts, K, sep="/", last=True, skip=committed_cases())]
-    print(f"# spans head to head: {len(requests)} contexts (k = {K}), model default ({lm.backend}); "
-          f"{platform.processor() or platform.machine()}, nproc={os.cpu_count()}", flush=True)
-    sampled = Probe(lm, seed=args.seed, sampling=SamplingConfig(max_new_tokens=args.max_new_tokens)).attribute_many(
-        [{k: v for k, v in r.items() if k != "task"} for r in requests])
+    body = {k: request[k] for k in ("id", "question", "passages", "response")}
+    passages = tuple(Passage(id=p["id"], text=p["text"], title=p["title"]) for p in request["passages"])
     template = prompt_template("commit", None, "")
+    response_ids = lm.encode(request["response"])
     rows: list[dict[str, Any]] = []
-    cost: dict[str, list[tuple[int, float]]] = {m: [] for m in METHODS}
-    for n, (request, first) in enumerate(zip(requests, sampled, strict=True), start=1):
-        request["response"] = first.response
-        body = {k: v for k, v in request.items() if k != "task"}
-        readings = {}
-        for name, (spec, per_sentence) in METHODS.items():
-            result = Probe(lm, spec, seed=args.seed, spans="sentences" if per_sentence else None).attribute_many(
-                [body])[0]
-            readings[name] = result
-            cost[name].append((result.tokens_processed, result.seconds))
-        spans = readings["loo"].spans
-        ids = [p["id"] for p in request["passages"]]
-        passages = tuple(Passage(id=p["id"], text=p["text"], title=p["title"]) for p in request["passages"])
+    for granularity in GRANULARITIES:
         prompt = lm.encode_prompt(request["question"], passages, template)
-        response_ids = lm.encode(request["response"])
+        if granularity == "sentences":
+            prompt, _ = sentence_sources(prompt, passages, template, request["id"])
+        ids = list(prompt.passage_ids)
+        readings: dict[str, Any] = {}
+        for name, spec in METHODS.items():
+            if spec is None:
+                continue
+            readings[name] = Probe(lm, spec, seed=args.seed, spans="sentences", sources=granularity).attribute_many(
+                [body])[0]
+            rows.append({"kind": "cost", "context": request["id"], "task": request["task"], "granularity": granularity,
+                         "method": name, "sources": len(ids), "tokens": readings[name].tokens_processed,
+                         "seconds": readings[name].seconds})
+        spans = readings["loo"].spans
+        package, fed, seconds, same_prompt = package_reading(lm, prompt, request["question"], request["response"],
+                                                             [(s.start, s.end) for s in spans])
+        rows.append({"kind": "cost", "context": request["id"], "task": request["task"], "granularity": granularity,
+                     "method": "context-cite package", "sources": len(ids), "tokens": fed, "seconds": seconds,
+                     "same_prompt": same_prompt})
         groups = assign_tokens([(s.start, s.end) for s in spans], lm.response_token_spans(request["response"]),
                                request["response"])
         evaluation = Ablations(lm, prompt, response_ids)
         full = np.asarray(evaluation.full_logprobs)
-        rng = np.random.default_rng(derive_seed(args.seed, f"lds-masks:{request['id']}"))  # apart from any estimator's
-        masks = rng.random((args.lds_masks, K)) < 0.5
-        masked = [np.asarray(o) for o in evaluation.score([{i + 1: "" for i in range(K) if not m[i]} for m in masks])]
+        rng = np.random.default_rng(derive_seed(args.seed, f"lds-masks:{granularity}:{request['id']}"))
+        masks = rng.random((args.lds_masks, len(ids))) < 0.5
+        masked = [np.asarray(o) for o in evaluation.score([prompt.deletion(np.flatnonzero(~m)) for m in masks])]
+        if request["naive"]:  # spans cost no token; per-sentence loo equals independent passes of each deletion
+            plain = Probe(lm, "loo", seed=args.seed, sources=granularity).attribute_many([body])[0]
+            rows.append({"kind": "spans-cost", "context": request["id"], "granularity": granularity,
+                         "loo_tokens_with_spans": readings["loo"].tokens_processed,
+                         "loo_tokens_without": plain.tokens_processed})
+            naive = Ablations(lm, prompt, response_ids, reuse_prefix=False)
+            deleted = [np.asarray(o) for o in naive.score([prompt.deletion([i]) for i in range(len(ids))])]
+            naive_full = np.asarray(naive.full_logprobs)
+            gap = max(abs(span.reading.scores[pid] - (naive_full[t].mean() - deleted[i][t].mean()))
+                      for span, t in zip(spans, groups, strict=True) for i, pid in enumerate(ids))
+            rows.append({"kind": "naive", "context": request["id"], "granularity": granularity, "max_gap": float(gap)})
         removals: dict[frozenset[int], np.ndarray] = {}
         for s_index, tokens in enumerate(groups):
-            actual = [logit_prob(sentence_logprob(o, tokens)) for o in masked]
-            for name, result in readings.items():
-                scores = (result.spans[s_index].reading.scores if result.spans else result.scores)
-                vector = np.array([scores[i] for i in ids])
+            actual = [logit_prob(float(o[tokens].sum())) for o in masked]
+            for name in METHODS:
+                vector = (np.asarray(package[s_index], dtype=np.float64) if METHODS[name] is None else
+                          np.array([readings[name].spans[s_index].reading.scores[i] for i in ids]))
                 order = list(np.argsort(-vector, kind="stable"))
-                row = {"context": request["id"], "task": request["task"], "sentence": s_index, "method": name,
-                       "tokens": len(tokens), "whole_response_ranking": not result.spans}
+                row = {"kind": "sentence", "context": request["id"], "task": request["task"],
+                       "granularity": granularity, "sentence": s_index, "method": name, "tokens": len(tokens)}
                 for top in (1, 3):
                     removed = frozenset(int(i) for i in order[:top])
                     if removed not in removals:
-                        (removals[removed],) = evaluation.score([{i + 1: "" for i in removed}])
-                    row[f"top{top}_drop"] = sentence_logprob(full, tokens) - sentence_logprob(removals[removed], tokens)
+                        (removals[removed],) = evaluation.score([prompt.deletion(removed)])
+                    row[f"top{top}_drop"] = float(full[tokens].sum() - removals[removed][tokens].sum())
                 predicted = masks.astype(float) @ vector
-                rho = spearmanr(predicted, actual).statistic if np.ptp(predicted) > 0 else float("nan")
-                row["lds"] = float(rho)
+                row["lds"] = float(spearmanr(predicted, actual).statistic) if np.ptp(predicted) > 0 else None
                 rows.append(row)
-        print(f"[{n}/{len(requests)}] {request['id']}: {len(spans)} sentences, evaluation fed "
-              f"{evaluation.tokens_processed:,} tokens", flush=True)
+    return rows
 
+
+def machine_line() -> str:
+    return f"{platform.processor() or platform.machine()}, nproc={os.cpu_count()}, Python {platform.python_version()}"
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per granularity and method: mean top-1/top-3 drop, LDS, tokens and seconds per response."""
     import pandas as pd
 
-    frame = pd.DataFrame(rows)
-    table = []
-    for name in METHODS:
-        part = frame[frame["method"] == name]
-        tokens = [t for t, _ in cost[name]]
-        seconds = [s for _, s in cost[name]]
-        table.append({"method": name, "reads sentences": bool(METHODS[name][1]),
-                      "top-1 drop": float(part["top1_drop"].mean()), "top-3 drop": float(part["top3_drop"].mean()),
-                      "LDS": float(part["lds"].mean(skipna=True)), "LDS sentences": int(part["lds"].notna().sum()),
-                      "tokens / response": float(np.mean(tokens)), "seconds / response": float(np.mean(seconds))})
-    machine = (f"{platform.processor() or platform.machine()}, nproc={os.cpu_count()}, "
-               f"Python {platform.python_version()}")
-    command = (f"python benchmarks/spans_head_to_head.py --out docs/results/spans --contexts {args.contexts} "
-               f"--lds-masks {args.lds_masks} --max-new-tokens {args.max_new_tokens} --seed {args.seed}")
-    sentences = int(len(frame) / len(METHODS))
-    (args.out / "results.json").write_text(json.dumps({"command": command, "machine": machine, "k": K,
-                                                       "contexts": len(requests), "sentences": sentences,
-                                                       "table": table, "rows": rows}, indent=2) + "\n")
-    lines = ["# Per-sentence attribution head to head (sources: passages)\n", f"Command: `{command}`  ",
-             f"Machine: {machine}; the embedded model (SmolLM2-135M) on the CPU, k = {K}; {len(requests)} contexts, "
-             f"{sentences} response sentences.\n",
-             "| method | per sentence | top-1 drop | top-3 drop | LDS | tokens / response | seconds / response |",
-             "|---|---|---|---|---|---|---|"]
-    for r in table:
-        lines.append(f"| {r['method']} | {'yes' if r['reads sentences'] else 'no (whole-response ranking)'} | "
-                     f"{r['top-1 drop']:.3f} | {r['top-3 drop']:.3f} | {r['LDS']:.3f} | "
-                     f"{r['tokens / response']:,.0f} | {r['seconds / response']:.2f} |")
-    lines += ["", "Drops are in nats summed over the sentence's tokens; LDS is the mean Spearman over sentences "
-              "whose prediction varies.", ""]
+    frame = pd.DataFrame([r for r in rows if r["kind"] == "sentence"])
+    cost = pd.DataFrame([r for r in rows if r["kind"] == "cost"])
+    tables: dict[str, list[dict[str, Any]]] = {}
+    for granularity in GRANULARITIES:
+        part, spent = frame[frame["granularity"] == granularity], cost[cost["granularity"] == granularity]
+        table = []
+        for name in METHODS:
+            mine, paid = part[part["method"] == name], spent[spent["method"] == name]
+            lds = mine["lds"].dropna()
+            table.append({"method": name, "top-1 drop": float(mine["top1_drop"].mean()),
+                          "top-3 drop": float(mine["top3_drop"].mean()), "LDS": float(lds.mean()),
+                          "LDS sentences": int(len(lds)), "sentences": int(len(mine)),
+                          "tokens / response": float(paid["tokens"].mean()),
+                          "seconds / response": float(paid["seconds"].mean()),
+                          "sources / context": float(paid["sources"].mean())})
+        tables[granularity] = table
+    spans_cost = [r for r in rows if r["kind"] == "spans-cost"]
+    naive = [r for r in rows if r["kind"] == "naive"]
+    prompts = [r["same_prompt"] for r in rows if r["kind"] == "cost" and r["method"] == "context-cite package"]
+    return {"tables": tables,
+            "spans_cost_equal": sum(r["loo_tokens_with_spans"] == r["loo_tokens_without"] for r in spans_cost),
+            "spans_cost_checked": len(spans_cost),
+            "naive_max_gap": {g: max((r["max_gap"] for r in naive if r["granularity"] == g), default=None)
+                              for g in GRANULARITIES},
+            "naive_contexts": len({r["context"] for r in naive}),
+            "package_same_prompt": f"{sum(prompts)} of {len(prompts)}"}
+
+
+def write_report(out: Path, summary: dict[str, Any], meta: dict[str, Any]) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for r in table:
-        ax.scatter(r["tokens / response"], r["top-3 drop"])
-        ax.annotate(r["method"], (r["tokens / response"], r["top-3 drop"]), fontsize=8)
-    ax.set_xscale("symlog")
-    ax.set_xlabel("tokens fed per response")
-    ax.set_ylabel("top-3 log-probability drop (nats)")
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, granularity in zip(axes, GRANULARITIES, strict=True):
+        for r in summary["tables"][granularity]:
+            if r["tokens / response"] > 0:
+                ax.scatter(r["tokens / response"], r["top-3 drop"])
+                ax.annotate(r["method"], (r["tokens / response"], r["top-3 drop"]), fontsize=7)
+        ax.set_xscale("log")
+        ax.set_title(f"sources: {granularity}")
+        ax.set_xlabel("tokens fed per response (log; proxies feed none)")
+        ax.set_ylabel("top-3 log-probability drop (nats)")
     fig.tight_layout()
-    fig.savefig(args.out / "cost.png", dpi=120)
-    lines.insert(4, "![cost against top-3 drop](cost.png)\n")
-    (args.out / "README.md").write_text("\n".join(lines), encoding="utf-8")
-    print("\n".join(lines[4:]))
+    fig.savefig(out / "cost.png", dpi=120)
+    lines = [f"Command: `{meta['command']}`  ",
+             f"Machine: {meta['machine']}; the embedded model (SmolLM2-135M-Instruct, "
+             f"transformers, CPU), k = {K}; {meta['contexts']} contexts ({meta['positions']}), "
+             f"{meta['sentences']} response sentences.", "", "![cost against top-3 drop](cost.png)", ""]
+    for granularity in GRANULARITIES:
+        lines += [f"### Sources: {granularity}", "",
+                  "| method | top-1 drop | top-3 drop | LDS | tokens / response | seconds / response |",
+                  "|---|---|---|---|---|---|"]
+        for r in summary["tables"][granularity]:
+            lines.append(f"| {r['method']} | {r['top-1 drop']:.3f} | {r['top-3 drop']:.3f} | {r['LDS']:.3f} | "
+                         f"{r['tokens / response']:,.0f} | {r['seconds / response']:.2f} |")
+        lines.append("")
+    lines += [f"Per-sentence readings fed no extra token in {summary['spans_cost_equal']} of "
+              f"{summary['spans_cost_checked']} (context, granularity) pairs (`loo` with and without spans). "
+              f"Per-sentence `loo` against independent passes on {summary['naive_contexts']} contexts: largest gap "
+              + ", ".join(f"{g} {v:.1e}" for g, v in summary["naive_max_gap"].items() if v is not None)
+              + " nats per token. The package's prompt ids equal ascp's in "
+              f"{summary['package_same_prompt']} readings.", ""]
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="folder for rows.jsonl, results.json, table.md")
+    parser.add_argument("--contexts", type=int, default=20, help="contexts per task (default 20)")
+    parser.add_argument("--lds-masks", type=int, default=32, help="random ablations of the LDS (default 32)")
+    parser.add_argument("--naive", type=int, default=3, help="contexts per task checked against naive passes")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--report-only", action="store_true",
+                        help="summarise the contexts OUT/rows.jsonl holds, run nothing (a stopped run's part)")
+    args = parser.parse_args(argv)
+    check_files()
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    from ascp.api import Probe, load_model
+    from ascp.lm.sampling import SamplingConfig
+
+    requests = fresh_requests(args.contexts)
+    store = args.out / "rows.jsonl"
+    rows = [json.loads(line) for line in store.read_text().splitlines()] if store.is_file() else []
+    done = {r["context"] for r in rows}
+    if args.report_only:
+        requests = [r for r in requests if r["id"] in done]
+        return report(args, requests, rows)
+    lm = load_model("default")
+    machine = machine_line()
+    print(f"# spans head to head: {len(requests)} contexts (k = {K}), model default ({lm.backend}); {machine}",
+          flush=True)
+    sampled = Probe(lm, seed=args.seed, sampling=SamplingConfig(max_new_tokens=args.max_new_tokens)).attribute_many(
+        [{k: r[k] for k in ("id", "question", "passages", "response")} for r in requests])
+    per_task: dict[str, int] = {}
+    for n, (request, first) in enumerate(zip(requests, sampled, strict=True), start=1):
+        per_task[request["task"]] = per_task.get(request["task"], 0) + 1
+        request["response"], request["naive"] = first.response, per_task[request["task"]] <= args.naive
+        if request["id"] in done:
+            continue
+        start = time.perf_counter()
+        new = run_context(lm, request, args)
+        with store.open("a", encoding="utf-8") as handle:
+            handle.writelines(json.dumps(r) + "\n" for r in new)
+        rows += new
+        sentences = sum(r["kind"] == "sentence" for r in new) // len(METHODS) // len(GRANULARITIES)
+        print(f"[{n}/{len(requests)}] {request['id']}: {sentences} "
+              f"sentences, {time.perf_counter() - start:.0f} s", flush=True)
+    return report(args, requests, rows)
+
+
+def report(args: argparse.Namespace, requests: list[dict[str, Any]], rows: list[dict[str, Any]]) -> int:
+    """results.json, table.md and cost.png from the rows of the contexts run."""
+    machine = machine_line()
+    summary = summarise(rows)
+    positions = "; ".join(f"{task} positions {','.join(str(r['position']) for r in requests if r['task'] == task)}"
+                          for task in FILES)
+    command = (f"python benchmarks/spans_head_to_head.py --out docs/results/spans --contexts {args.contexts} "
+               f"--lds-masks {args.lds_masks} --naive {args.naive} --max-new-tokens {args.max_new_tokens} "
+               f"--seed {args.seed}")
+    sentences = sum(r["kind"] == "sentence" for r in rows) // len(METHODS) // len(GRANULARITIES)
+    meta = {"command": command, "machine": machine, "contexts": len(requests), "positions": positions,
+            "sentences": sentences}
+    (args.out / "results.json").write_text(json.dumps({**meta, "k": K, **summary}, indent=2) + "\n")
+    lines = write_report(args.out, summary, meta)
+    (args.out / "table.md").write_text("\n".join(lines), encoding="utf-8")
+    print("\n".join(lines))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
