@@ -64,14 +64,17 @@ METHODS = {  # name -> estimator spec (None: the context-cite package)
 _CASE_ID = re.compile(r"-?\d{6,}|[0-9a-f]{24}")  # ASQA's and HotpotQA's case ids as they appear in records
 
 
-def used_cases(case_ids: set[str]) -> set[str]:
+def used_cases(case_ids: set[str], own: Path) -> set[str]:
     """The case ids that a committed run or fit used: named in any record under docs/results/ (not in a
-    plan's or split's reserved list) or at a position of the shipped attention map's fit."""
+    plan's or split's reserved list, nor in this benchmark's own folder `own`) or at a position of the
+    shipped attention map's fit."""
     from ascp.data import load_cases
 
     used: set[str] = set()
+    mine = {own.resolve(), (ROOT / "docs" / "results" / "spans").resolve()}
     for path in (ROOT / "docs" / "results").rglob("*"):
-        if not path.is_file() or path.suffix in (".png", ".svg") or path.name in ("plan.json", "splits.json"):
+        if (not path.is_file() or path.suffix in (".png", ".svg") or path.name in ("plan.json", "splits.json")
+                or mine & set(path.resolve().parents)):
             continue
         data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
         used |= set(_CASE_ID.findall(data.decode("utf-8", "replace"))) & case_ids
@@ -82,12 +85,12 @@ def used_cases(case_ids: set[str]) -> set[str]:
     return used
 
 
-def fresh_requests(per_task: int) -> list[dict[str, Any]]:
+def fresh_requests(per_task: int, own: Path) -> list[dict[str, Any]]:
     """The first `per_task` eligible contexts per task that no committed run or fit used."""
     from ascp.data import load_cases
 
     cases = {task: load_cases(path, rank_by="given") for task, path in FILES.items()}
-    used = used_cases({c.id for v in cases.values() for c in v})
+    used = used_cases({c.id for v in cases.values() for c in v}, own)
     per: list[list[dict[str, Any]]] = []
     for task, items in cases.items():
         chosen = [(i, c) for i, c in enumerate(items) if len(c.pool) >= K and c.id not in used][:per_task]
@@ -320,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ascp.api import Probe, load_model
     from ascp.lm.sampling import SamplingConfig
 
-    requests = fresh_requests(args.contexts)
+    requests = fresh_requests(args.contexts, args.out)
     store = args.out / "rows.jsonl"
     rows = [json.loads(line) for line in store.read_text().splitlines()] if store.is_file() else []
     done = {r["context"] for r in rows}
