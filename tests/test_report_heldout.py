@@ -260,6 +260,29 @@ def test_tables_10_and_11_carry_the_paper_verdict_and_power(tmp_path):
     assert report.total == len(frame_records(table11)) + len(frame_records({steered: 0.11}))
 
 
+def test_a_seed_run_in_parts_enters_the_tables_when_complete(tmp_path):
+    """Seed 0 complete and seed 1 a third done (the frame resumed in parts): the tables read seed 0 alone,
+    number for number as a store of seed 0 alone, and the page says what seed 1 holds; complete, it joins."""
+    records = frame_records({"ascp(k=5,T=5)": 0.10, "vanilla(k=5,T=5)": 0.0}, n=6)
+    seed0 = [r for r in records if r["seed"] == 0]
+    partial = seed0 + [r for r in records if r["seed"] == 1][:8]
+    store = write_store(tmp_path / "parts", partial)
+    plan = json.loads((store / "plan.json").read_text(encoding="utf-8"))
+    (store / "plan.json").write_text(json.dumps({**plan, "units": len(records)}), encoding="utf-8")
+    report = write_report(store, n_boot=300)
+    alone = write_report(write_store(tmp_path / "seed0", seed0), n_boot=300)
+
+    def table11(folder):
+        return json.loads((folder / "tables" / "tables.json").read_text(encoding="utf-8"))["table11_ascp_k5_T5"]
+
+    assert table11(report.out)["data"] == table11(alone.out)["data"]
+    page = (report.out / "index.html").read_text(encoding="utf-8")
+    assert "seed 1: 8 of 24 units finished, left out until complete" in page and report.units == 32
+    whole = write_report(write_store(tmp_path / "whole", records), n_boot=300)
+    assert table11(whole.out)["data"] != table11(alone.out)["data"]
+    assert "left out until complete" not in (whole.out / "index.html").read_text(encoding="utf-8")
+
+
 def test_report_without_the_frozen_store_has_table_11_only(tmp_path):
     out = write_store(tmp_path / "run", frame_records({"ascp(k=5,T=5)": 0.1, "vanilla(k=5,T=5)": 0.0}, n=4))
     report = write_report(out, n_boot=200)

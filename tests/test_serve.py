@@ -101,6 +101,21 @@ def test_attribute_and_cite_answer_what_the_command_line_writes(tiny_model_dir, 
     assert all(same_record(r.json(), e) for r, e in zip(drawn, seeded, strict=True))
 
 
+def test_sentence_sources_answer_what_the_command_line_writes(tiny_model_dir, tmp_path):
+    """`"sources": "sentences"` through the service gives the records of `ascp attribute --sources sentences`."""
+    from ascp.api import load_model
+
+    with TestClient(create_app(Service(load_model(str(tiny_model_dir)), ServeDefaults(), ServeLimits()))) as c:
+        served = [c.post("/v1/attribute", json={**request(i), "sources": "sentences"}) for i in range(2)]
+        cited = c.post("/v1/cite", json={**request(0), "sources": "sentences", "markers": "ids"})
+    assert all(r.status_code == 200 for r in [*served, cited])
+    expected = cli_records(tmp_path, tiny_model_dir, [request(0), request(1)], "--sources", "sentences")
+    assert all(same_record(r.json(), e) for r, e in zip(served, expected, strict=True))
+    assert all(r.json()["sources"] == "sentences" and all("#" in pid for pid in r.json()["scores"]) for r in served)
+    assert cited.json() == cli_records(tmp_path, tiny_model_dir, [request(0)], "--sources", "sentences",
+                                       "--markers", "ids", command="cite")[0]
+
+
 def test_portfolio_answers_what_run_portfolio_returns(tiny_lm, client):
     import ascp
 

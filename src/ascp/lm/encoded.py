@@ -44,11 +44,6 @@ class EncodedPrompt:
         return {self.segment_of(i): "" for i in sources}
 
     @property
-    def passage_of_source(self) -> tuple[str, ...]:
-        """The passage each source lies in, in context order (each source's own id for passage sources)."""
-        return self.source_passages or self.passage_ids
-
-    @property
     def text(self) -> str:
         return "".join(self.segment_texts)
 

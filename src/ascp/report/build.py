@@ -57,6 +57,27 @@ def build_tables(frame, rng: np.random.Generator, n_boot: int, claims: tuple[Cla
     return out + [t for t in extra if t is not None]
 
 
+def complete_seeds(records: list[dict[str, Any]], plan: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
+    """The records of the seeds whose units are all finished, where at least one seed is: a seed enters the
+    tables only when complete, since the crossed bootstrap reads every query under every seed (a seed run
+    in parts would otherwise leave some tasks with no complete query). Returns the records kept and a line
+    for the page naming each seed left out with its count (None when none is). A plan's units are its
+    tasks' queries x models x seeds x conditions, so each seed holds units / seeds of them."""
+    seeds = list(plan.get("seeds") or [])
+    if len(seeds) < 2 or plan["units"] % len(seeds):
+        return records, None
+    per_seed = plan["units"] // len(seeds)
+    counts = {s: sum(r["seed"] == s for r in records) for s in seeds}
+    complete = [s for s in seeds if counts[s] == per_seed]
+    partial = [s for s in seeds if 0 < counts[s] < per_seed]
+    if not complete or not partial:
+        return records, None
+    kept = [r for r in records if r["seed"] in complete]
+    return kept, ("Seeds in the tables: " + ", ".join(map(str, complete)) + "; "
+                  + "; ".join(f"seed {s}: {counts[s]} of {per_seed} units finished" for s in partial)
+                  + ", left out until complete (the crossed bootstrap reads every query under every seed).")
+
+
 def shown_path(path: str | Path) -> str:
     """`path` relative to the working directory (e.g. docs/results/x, ../shared/data/y), so a committed
     report does not name the folders of the machine it was written on."""
@@ -154,6 +175,8 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, n_boot: int
     check_parent(out)
 
     tau, tau_source = resolve_used_threshold(used_threshold)  # as given: already resolved at the command line
+    finished = len(records)
+    records, seeds_left_out = complete_seeds(records, plan)
     lacking = fill_from_data(records, plan, data_root, run_dir)
     frame = unit_frame(records, tau)
     rng = np.random.default_rng(seed)
@@ -172,8 +195,9 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, n_boot: int
         return figures
 
     name = title or f"ascp report: {plan['name']}"
-    intro = [f"Run store: {shown_path(run_dir)}; {len(records)} of {plan['units']} units finished"
-             + ("" if len(records) == plan["units"] else " (partial: the run is not complete)") + ".",
+    intro = [f"Run store: {shown_path(run_dir)}; {finished} of {plan['units']} units finished"
+             + ("" if finished == plan["units"] else " (partial: the run is not complete)") + ".",
+             *([seeds_left_out] if seeds_left_out else []),
              "Tasks: " + ", ".join(f"{t['name']} ({len(t['cases'])} queries, "
                                    f"{shown_data(t['data'], data_root, run_dir)})" for t in plan["tasks"])
              + f"; models: {', '.join(m['name'] for m in plan['models'])}; seeds: {plan['seeds']}.",
@@ -185,4 +209,4 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, n_boot: int
              f"Bootstrap: {n_boot} replicates, numpy default_rng({seed}). Generated "
              f"{_dt.datetime.now(_dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}.", *notes]
     figures = write_report_folder(out, name, intro, tables, draw)
-    return Report(out, tuple(t.key for t in tables), tuple(p for p, _ in figures), len(records), plan["units"])
+    return Report(out, tuple(t.key for t in tables), tuple(p for p, _ in figures), finished, plan["units"])
