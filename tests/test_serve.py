@@ -511,16 +511,6 @@ def test_the_workbench_attributes_highlights_a_sentences_sources_and_browses_run
             sentences.nth(len(record["spans"]) - 1).click()  # selected again: the whole response's reading
             assert shown() == whole
             page.screenshot(path=str(tmp_path / "workbench-attribute.png"))
-            page.check("#sentence-sources")  # the passages' sentences as the sources
-            with page.expect_response("**/v1/attribute") as answer:
-                page.click("#run")
-            cut = answer.value.json()
-            page.wait_for_function("document.querySelector('#status').textContent.indexOf('sentences used') >= 0")
-            assert [passages.nth(i).get_attribute("data-passage") for i in range(passages.count())] == list(
-                cut["scores"]) and all("#" in pid for pid in cut["scores"])
-            sentences.nth(0).click()
-            assert {pid for pid, (used, _) in shown().items() if used == "1"} == set(cut["spans"][0]["used"])
-            page.uncheck("#sentence-sources")
 
             page.click("[data-tab='browse-tab']")
             page.wait_for_selector("#entries [data-path='sim']")
