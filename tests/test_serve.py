@@ -106,8 +106,11 @@ def test_sentence_sources_answer_what_the_command_line_writes(tiny_model_dir, tm
     from ascp.api import load_model
 
     with TestClient(create_app(Service(load_model(str(tiny_model_dir)), ServeDefaults(), ServeLimits()))) as c:
+        passages = c.post("/v1/attribute", json=request(0))  # a probe of passages first: sources keep their own
         served = [c.post("/v1/attribute", json={**request(i), "sources": "sentences"}) for i in range(2)]
         cited = c.post("/v1/cite", json={**request(0), "sources": "sentences", "markers": "ids"})
+    assert "sources" not in passages.json() and list(passages.json()["scores"]) == [
+        p["id"] for p in request(0)["passages"]]
     assert all(r.status_code == 200 for r in [*served, cited])
     expected = cli_records(tmp_path, tiny_model_dir, [request(0), request(1)], "--sources", "sentences")
     assert all(same_record(r.json(), e) for r, e in zip(served, expected, strict=True))
@@ -511,6 +514,16 @@ def test_the_workbench_attributes_highlights_a_sentences_sources_and_browses_run
             sentences.nth(len(record["spans"]) - 1).click()  # selected again: the whole response's reading
             assert shown() == whole
             page.screenshot(path=str(tmp_path / "workbench-attribute.png"))
+            page.check("#sentence-sources")  # the passages' sentences as the sources
+            with page.expect_response("**/v1/attribute") as answer:
+                page.click("#run")
+            cut = answer.value.json()
+            page.wait_for_function("document.querySelector('#status').textContent.indexOf('sentences used') >= 0")
+            assert [passages.nth(i).get_attribute("data-passage") for i in range(passages.count())] == list(
+                cut["scores"]) and all("#" in pid for pid in cut["scores"])
+            sentences.nth(0).click()
+            assert {pid for pid, (used, _) in shown().items() if used == "1"} == set(cut["spans"][0]["used"])
+            page.uncheck("#sentence-sources")
 
             page.click("[data-tab='browse-tab']")
             page.wait_for_selector("#entries [data-path='sim']")

@@ -92,6 +92,12 @@ class ProbeSettings:
             object.__setattr__(self, "threshold", float(self.threshold))
 
     @property
+    def key(self) -> tuple[Any, ...]:
+        """What tells two settings apart, hashable (every field, the options in the canonical spec): the key of
+        anything that caches or batches by settings."""
+        return self.spec, self.threshold, self.spans, self.sources
+
+    @property
     def spec(self) -> str:
         """The estimator with its options as `ProbeSettings` reads it back: `contextcite(num_ablations=64)`."""
         return canonical_name(self.estimator, self.options)

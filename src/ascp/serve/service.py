@@ -181,7 +181,7 @@ class Service:
 
     # -- jobs ---------------------------------------------------------------------------------------
     def attribute_job(self, parsed: AttributeJob) -> Job:
-        key = ("attribute", parsed.settings.spec, parsed.settings.threshold, parsed.settings.spans, parsed.seed)
+        key = ("attribute", *parsed.settings.key, parsed.seed)
         return Job(key, parsed, self._run_attribute)
 
     def portfolio_job(self, parsed: PortfolioJob) -> Job:
@@ -190,7 +190,7 @@ class Service:
     def _probe(self, parsed: AttributeJob) -> Any:
         from ascp.api import Probe
 
-        key = (parsed.settings.spec, parsed.settings.threshold, parsed.settings.spans, parsed.seed)
+        key = (*parsed.settings.key, parsed.seed)
         if key not in self._probes:
             d = self.defaults
             self._probes[key] = Probe(self.model, parsed.settings, seed=parsed.seed, instruction=d.instruction,

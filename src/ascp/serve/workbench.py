@@ -84,12 +84,14 @@ SCRIPT = """<script>
       var request = JSON.parse($('request').value);
       request.estimator = $('estimator').value;
       if ($('sentences').checked) request.spans = 'sentences'; else delete request.spans;
+      if ($('sentence-sources').checked) request.sources = 'sentences'; else delete request.sources;
       var record = await (await call('POST', '/v1/attribute', request)).json();
       var drawn = await (await call('POST', '/v1/render/attribution', {record: record})).json();
       $('result').innerHTML = '<h2>' + escapeHtml(record.id + ': ' + (request.question || '')) + '</h2>' + drawn.html;
       window.ascpRecordShades($('result'));
       $('status').textContent = record.estimator + ': ' + record.used.length + ' of ' +
-        Object.keys(record.scores).length + ' passages used, ' + record.tokens_processed + ' tokens fed, ' +
+        Object.keys(record.scores).length + (record.sources === 'sentences' ? ' sentences' : ' passages') +
+        ' used, ' + record.tokens_processed + ' tokens fed, ' +
         record.seconds.toFixed(2) + ' s';
       document.body.setAttribute('data-attributed', record.id);
     } catch (err) { $('status').textContent = ''; fail('attr-error', err); }
@@ -160,6 +162,7 @@ def workbench_page(needs_key: bool, browses: bool) -> str:
         f"<textarea id='request' spellcheck='false'>{_escape(example)}</textarea>"
         "<div><input type='file' id='file' accept='.json,.jsonl'> estimator <select id='estimator'></select> "
         "<label><input type='checkbox' id='sentences' checked> per sentence</label> "
+        "<label><input type='checkbox' id='sentence-sources'> the passages' sentences as sources</label> "
         "<button id='run'>Run</button> <span id='status'></span></div>"
         "<div id='attr-error' class='error hidden'></div><div id='result'></div></div>"
         f"{browse}</div>{SENTENCE_SCRIPT}{SCRIPT}</body></html>"
