@@ -232,15 +232,32 @@ class AttributionResult(_ReadingView):
         the estimator already ran (`scorer`: every estimator declaring `token_readings`): a span's
         tokens are the response tokens overlapping it; spans may overlap. One sentence for a span
         outside the response or holding no token."""
-        from ascp.attribution.spans import read_char_spans
         from ascp.errors import AscpError
+        from ascp.reading import read_scores
 
+        where = f"reading {self.id!r}"
         if self.scorer is None:
-            raise AscpError(f"reading {self.id!r} keeps no span scorer (its estimator {self.estimator!r} cannot read a "
-                            "part of the response, or it was read from JSON); probe it again with an estimator that "
-                            "can (ascp estimators: token_readings).")
-        return read_char_spans(list(self.scores), self.scorer, self.response, spans, self.threshold,
-                               f"reading {self.id!r}")
+            raise AscpError(f"{where} keeps no span scorer (its estimator {self.estimator!r} cannot read a part of the "
+                            "response, or it was read from JSON); probe it again with an estimator that can (ascp "
+                            "estimators: token_readings).")
+        groups = []  # every span checked before any is read
+        for n, span in enumerate(spans):
+            if (not isinstance(span, (tuple, list)) or len(span) != 2
+                    or not all(isinstance(v, int) and not isinstance(v, bool) for v in span)):
+                raise AscpError(f"{where}: span {n} must be a pair of character offsets (start, end), got {span!r}.")
+            start, end = int(span[0]), int(span[1])
+            if not 0 <= start < end <= len(self.response):
+                raise AscpError(f"{where}: span {n} [{start}, {end}) is not inside the response of "
+                                f"{len(self.response)} characters; give 0 <= start < end <= the response's length.")
+            tokens = [i for i, (a, b) in enumerate(self.scorer.token_spans) if a < end and b > start and b > a]
+            if not tokens:
+                raise AscpError(f"{where}: span {n} [{start}, {end}) holds no response token (only whitespace "
+                                "between tokens); widen it.")
+            groups.append((start, end, tokens))
+        ids = list(self.scores)
+        return tuple(SpanReading(start, end, self.response[start:end], len(tokens),
+                                 read_scores(ids, self.scorer.score(tokens), self.threshold))
+                     for start, end, tokens in groups)
 
     def _repr_html_(self) -> str:
         from ascp.render import attribution_html

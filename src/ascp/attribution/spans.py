@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ascp.errors import AscpError
 from ascp.reading import read_scores
-from ascp.types import SpanReading, SpanScorer
+from ascp.types import SpanReading
 
 if TYPE_CHECKING:
     import numpy as np
@@ -117,29 +117,5 @@ def span_readings(ids: Sequence[str], scorer: Callable[[Sequence[int]], np.ndarr
                  for start, end, tokens in merged)
 
 
-def read_char_spans(ids: Sequence[str], scorer: SpanScorer, text: str, spans: Sequence[tuple[int, int]],
-                    threshold: float | None, where: str) -> tuple[SpanReading, ...]:
-    """Any character spans [start, end) of the response `text`, each read over the response tokens that
-    overlap it (`AttributionResult.read_spans`); spans may overlap. Every span is checked before any is
-    read: one sentence, naming `where` and the span, for a span that is not a pair of offsets inside
-    the response or that holds no response token."""
-    groups = []
-    for n, span in enumerate(spans):
-        if (not isinstance(span, (tuple, list)) or len(span) != 2
-                or not all(isinstance(v, int) and not isinstance(v, bool) for v in span)):
-            raise AscpError(f"{where}: span {n} must be a pair of character offsets (start, end), got {span!r}.")
-        start, end = int(span[0]), int(span[1])
-        if not 0 <= start < end <= len(text):
-            raise AscpError(f"{where}: span {n} [{start}, {end}) is not inside the response of {len(text)} "
-                            "characters; give 0 <= start < end <= the response's length.")
-        tokens = [i for i, (a, b) in enumerate(scorer.token_spans) if a < end and b > start and b > a]
-        if not tokens:
-            raise AscpError(f"{where}: span {n} [{start}, {end}) holds no response token (only whitespace between "
-                            "tokens); widen it.")
-        groups.append((start, end, tokens))
-    return tuple(SpanReading(start, end, text[start:end], len(tokens),
-                             read_scores(ids, scorer.score(tokens), threshold)) for start, end, tokens in groups)
-
-
-__all__ = ["SPAN_KINDS", "SpanReading", "assign_tokens", "check_spans", "read_char_spans", "read_sentences",
-           "sentence_spans", "span_readings"]
+__all__ = ["SPAN_KINDS", "SpanReading", "assign_tokens", "check_spans", "read_sentences", "sentence_spans",
+           "span_readings"]
