@@ -174,7 +174,8 @@ def test_any_spans_of_the_response_read_at_once(tiny_lm):
         AttributionResult.from_json(result.to_json()).read_spans([(0, 4)])
 
 
-def test_sentence_sources_bad_input_is_one_sentence(tiny_lm, tmp_path, cli):
+def test_sentence_sources_bad_input_is_one_sentence(tiny_lm):
+    # the command line's --sources words: test_attribution_spans.py's bad-value test
     with pytest.raises(AscpError, match="sources must be passages or sentences, got 'words'"):
         ascp.Probe(tiny_lm, sources="words")
     no_text = PromptTemplate.from_format("Context:\n{passages}\nQ: {question}", passage_format="[{id}] {title}\n")
@@ -184,9 +185,3 @@ def test_sentence_sources_bad_input_is_one_sentence(tiny_lm, tmp_path, cli):
     with pytest.raises(AscpError, match="the closed loop schedules passages.*ascp attribute and ascp cite only"):
         ascp.run_portfolio(QUESTION, PASSAGES, policy="rotate", k=2, T=1, model=tiny_lm,
                            estimator=ascp.ProbeSettings("loo", sources="sentences"))
-    requests = tmp_path / "requests.jsonl"
-    requests.write_text(json.dumps({"id": "r1", "question": QUESTION, "response": RESPONSE,
-                                    "passages": [{"id": "a", "text": "x y z"}]}) + "\n")
-    out = tmp_path / "out.jsonl"
-    done = cli("attribute", "--input", requests, "--out", out, "--sources", "words")
-    assert done.exit_code == 2 and "sources must be passages or sentences" in done.output and not out.exists()

@@ -146,7 +146,7 @@ class WholeOnly(ascp.Estimator):
         return ascp.Scores(values=np.ones(len(item.passages)))
 
 
-def test_spans_bad_input_is_one_sentence(tiny_lm, tmp_path, cli):
+def test_spans_bad_input_is_one_sentence(tiny_lm):
     from ascp import attribution
 
     with pytest.raises(AscpError, match="spans must be sentences"):
@@ -161,12 +161,17 @@ def test_spans_bad_input_is_one_sentence(tiny_lm, tmp_path, cli):
         attribution.ESTIMATORS.restore(saved)
     with pytest.raises(AscpError, match="inside the ProbeSettings"):
         ascp.Probe(tiny_lm, ascp.ProbeSettings("loo"), spans="sentences")
+
+
+@pytest.mark.parametrize("option,message", [("--spans", "spans must be sentences"),
+                                            ("--sources", "sources must be passages or sentences")])
+def test_a_bad_spans_or_sources_value_is_one_sentence_and_no_file(tmp_path, cli, option, message):
     requests = tmp_path / "requests.jsonl"
     requests.write_text(json.dumps({"id": "r1", "question": QUESTION, "response": RESPONSE,
                                     "passages": [{"id": "a", "text": "x y z"}]}) + "\n")
     out = tmp_path / "out.jsonl"
-    done = cli("attribute", "--input", requests, "--out", out, "--spans", "words")
-    assert done.exit_code == 2 and "spans must be sentences" in done.output and not out.exists()
+    done = cli("attribute", "--input", requests, "--out", out, option, "words")
+    assert done.exit_code == 2 and message in done.output and not out.exists()
 
 
 def test_proxies_read_each_sentence_by_its_own_text(tiny_lm):

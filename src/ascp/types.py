@@ -78,6 +78,12 @@ class AttributionRequest:
     response: str | None = None
 
 
+def tokens_overlapping(token_spans: Sequence[tuple[int, int]], start: int, end: int) -> list[int]:
+    """The response tokens (indexes) whose characters overlap [start, end): the tokens of a span read by
+    `for_span` and `read_spans`."""
+    return [i for i, (a, b) in enumerate(token_spans) if a < end and b > start and b > a]
+
+
 @dataclass(frozen=True)
 class SpanScorer:
     """How a reading reads any part of its response from the passes its estimator ran: `score(tokens)` gives
@@ -219,7 +225,7 @@ class AttributionResult(_ReadingView):
                             f"this one is {self.estimator!r} (or was read from JSON).")
         if not 0 <= start < end <= len(self.response):
             raise AscpError(f"span [{start}, {end}) is not inside the response of {len(self.response)} characters.")
-        tokens = [i for i, (a, b) in enumerate(self.token_logprobs.spans) if a < end and b > start and b > a]
+        tokens = tokens_overlapping(self.token_logprobs.spans, start, end)
         if not tokens:
             raise AscpError(f"no response token overlaps characters [{start}, {end}).")
         reading = read_span(list(self.scores), self.token_logprobs.full, self.token_logprobs.ablated, tokens,
@@ -249,7 +255,7 @@ class AttributionResult(_ReadingView):
             if not 0 <= start < end <= len(self.response):
                 raise AscpError(f"{where}: span {n} [{start}, {end}) is not inside the response of "
                                 f"{len(self.response)} characters; give 0 <= start < end <= the response's length.")
-            tokens = [i for i, (a, b) in enumerate(self.scorer.token_spans) if a < end and b > start and b > a]
+            tokens = tokens_overlapping(self.scorer.token_spans, start, end)
             if not tokens:
                 raise AscpError(f"{where}: span {n} [{start}, {end}) holds no response token (only whitespace "
                                 "between tokens); widen it.")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from itertools import groupby
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -58,13 +59,8 @@ class HierarchicalLOO(Estimator):
         """The groups of one input: its passages when the sources are sentences (unless `group_size` is
         set), else `groups(k)`."""
         if item.prompt.source_passages and self.group_size is None:
-            out: list[list[int]] = []
-            for i, passage in enumerate(item.prompt.source_passages):
-                if out and item.prompt.source_passages[out[-1][0]] == passage:
-                    out[-1].append(i)
-                else:
-                    out.append([i])
-            return out
+            runs = groupby(range(len(item.passages)), key=lambda i: item.prompt.source_passages[i])
+            return [list(run) for _, run in runs]
         return self.groups(len(item.passages))
 
     def score(self, lm: LanguageModel, item: ProbeInput) -> Scores:

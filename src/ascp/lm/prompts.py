@@ -115,14 +115,17 @@ class PromptTemplate:
             return self.prefix
         return self.instruction.strip() + "\n\n"
 
+    def _block_format(self, passage: Passage) -> str:
+        return self.passage_format if passage.title.strip() else self.untitled_passage_format
+
     def passage_block(self, passage: Passage) -> str:
-        fmt = self.passage_format if passage.title.strip() else self.untitled_passage_format
-        return fmt.format(id=passage.id, title=passage.title.strip(), text=passage.text.strip())
+        return self._block_format(passage).format(id=passage.id, title=passage.title.strip(),
+                                                  text=passage.text.strip())
 
     def passage_block_parts(self, passage: Passage) -> tuple[str, str, str] | None:
         """The block as (what precedes the text, the text, what follows it), so that a part of the text
         can be deleted in place; None when the passage format does not hold the text exactly once."""
-        fmt = self.passage_format if passage.title.strip() else self.untitled_passage_format
+        fmt = self._block_format(passage)
         if [name for _, name, _, _ in string.Formatter().parse(fmt)].count("text") != 1:
             return None
         marker = "\x00text\x00"  # no passage field holds a NUL (`ascp.params.check_text`)
