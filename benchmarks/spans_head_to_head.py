@@ -27,7 +27,8 @@ partitioner given needs no nltk data). The targets: per-sentence readings feed n
 leave-one-out (independent passes, no prefix reuse) within 5e-3 nats per token on the first
 `--naive` contexts of each task.
 
-Rows are appended per context to OUT/rows.jsonl, so a stopped run resumes where it stopped.
+Rows are appended per context to OUT/rows.jsonl, so a stopped run resumes where it stopped;
+`--stop-after MINUTES` ends a part between contexts.
 
     python benchmarks/spans_head_to_head.py --out docs/results/spans [--contexts 20] [--lds-masks 32]
 """
@@ -231,6 +232,24 @@ def run_context(lm: Any, request: dict[str, Any], args: argparse.Namespace) -> l
     return rows
 
 
+def check_resumed(lm: Any, requests: list[dict[str, Any]], responses: list[str], rows: list[dict[str, Any]]) -> None:
+    """A resumed run must regenerate the responses its rows were read from: each done context's response
+    splits into sentences of the same token counts as its rows say, or the run stops in one sentence."""
+    from ascp.attribution.spans import assign_tokens, sentence_spans
+
+    recorded: dict[str, dict[int, int]] = {}
+    for row in rows:
+        if row["kind"] == "sentence" and row["method"] == "loo" and row["granularity"] == "passages":
+            recorded.setdefault(row["context"], {})[row["sentence"]] = row["tokens"]
+    for request, response in zip(requests, responses, strict=True):
+        if request["id"] not in recorded:
+            continue
+        counts = [len(t) for t in assign_tokens(sentence_spans(response), lm.response_token_spans(response), response)]
+        if counts != [recorded[request["id"]][i] for i in sorted(recorded[request["id"]])]:
+            raise SystemExit(f"{request['id']}: today's response is not the one its rows in rows.jsonl were read "
+                             f"from (sentence tokens {counts}); resume with the model and seed of the first part.")
+
+
 def machine_line() -> str:
     return f"{platform.processor() or platform.machine()}, nproc={os.cpu_count()}, Python {platform.python_version()}"
 
@@ -314,6 +333,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--naive", type=int, default=3, help="contexts per task checked against naive passes")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--stop-after", type=float, default=None, metavar="MINUTES",
+                        help="start no new context once MINUTES have passed since the responses were "
+                             "generated (a part of a run in parts); the report covers the contexts done")
     parser.add_argument("--report-only", action="store_true",
                         help="summarise the contexts OUT/rows.jsonl holds, run nothing (a stopped run's part)")
     args = parser.parse_args(argv)
@@ -334,14 +356,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     machine = machine_line()
     print(f"# spans head to head: {len(requests)} contexts (k = {K}), model default ({lm.backend}); {machine}",
           flush=True)
-    sampled = Probe(lm, seed=args.seed, sampling=SamplingConfig(max_new_tokens=args.max_new_tokens)).attribute_many(
+    # Only the responses are wanted here: they do not depend on the estimator (seeded per request id,
+    # the same batches), so the free bm25 reading stands in for a model-based one.
+    sampling = SamplingConfig(max_new_tokens=args.max_new_tokens)
+    sampled = Probe(lm, "bm25", seed=args.seed, sampling=sampling).attribute_many(
         [{k: r[k] for k in ("id", "question", "passages", "response")} for r in requests])
+    check_resumed(lm, requests, [first.response for first in sampled], rows)
+    began = time.perf_counter()
     per_task: dict[str, int] = {}
     for n, (request, first) in enumerate(zip(requests, sampled, strict=True), start=1):
         per_task[request["task"]] = per_task.get(request["task"], 0) + 1
         request["response"], request["naive"] = first.response, per_task[request["task"]] <= args.naive
         if request["id"] in done:
             continue
+        if args.stop_after is not None and time.perf_counter() - began > 60 * args.stop_after:
+            print(f"stopped after {args.stop_after:g} minutes: {len({r['context'] for r in rows})} of "
+                  f"{len(requests)} contexts done; the same command resumes", flush=True)
+            requests = [r for r in requests if r["id"] in {row["context"] for row in rows}]
+            break
         start = time.perf_counter()
         new = run_context(lm, request, args)
         with store.open("a", encoding="utf-8") as handle:

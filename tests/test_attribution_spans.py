@@ -199,6 +199,22 @@ def test_proxies_read_each_sentence_by_its_own_text(tiny_lm):
         assert best == ["a", "b"], (name, best)
 
 
+def test_bm25_reads_a_sentence_of_stopwords_as_matching_nothing(tiny_lm):
+    """A response sentence with no term left after stopwords ("It was.", met in a real response) gets
+    BM25 0 from every passage, as BM25's sum over no query term is; the other sentences read as alone."""
+    import bm25s
+
+    passages = [ascp.Passage(id="a", text="Mary Shelley wrote Frankenstein in 1818."),
+                ascp.Passage(id="b", text="The first edition was printed in London.")]
+    assert bm25s.tokenize(["It was."], stopwords="en", show_progress=False, return_ids=False)[0] == []
+    result = ascp.Probe(tiny_lm, "bm25", spans="sentences").attribute(
+        "Who wrote Frankenstein?", passages, "Mary Shelley wrote it. It was. In London.")
+    assert [s.text for s in result.spans] == ["Mary Shelley wrote it.", "It was.", "In London."]
+    assert list(result.spans[1].reading.scores.values()) == [0.0, 0.0]
+    assert result.spans[1].reading.used == ()
+    assert result.spans[0].reading.scores["a"] > 0 == result.spans[0].reading.scores["b"]
+
+
 def test_causal_citations_follow_each_sentences_reading(tiny_lm):
     """Each sentence is followed by the passages its own reading used, strongest first; the markers read
     back through check_citations as those passages; a sentence that used nothing is unsupported."""
