@@ -370,15 +370,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if request["id"] in done:
             continue
         if args.stop_after is not None and time.perf_counter() - began > 60 * args.stop_after:
-            print(f"stopped after {args.stop_after:g} minutes: {len({r['context'] for r in rows})} of "
-                  f"{len(requests)} contexts done; the same command resumes", flush=True)
-            requests = [r for r in requests if r["id"] in {row["context"] for row in rows}]
+            print(f"stopped after {args.stop_after:g} minutes: {len(done)} of {len(requests)} contexts done; "
+                  "the same command resumes", flush=True)
+            requests = [r for r in requests if r["id"] in done]
             break
         start = time.perf_counter()
         new = run_context(lm, request, args)
         with store.open("a", encoding="utf-8") as handle:
             handle.writelines(json.dumps(r) + "\n" for r in new)
         rows += new
+        done.add(request["id"])
         sentences = sum(r["kind"] == "sentence" for r in new) // len(METHODS) // len(GRANULARITIES)
         print(f"[{n}/{len(requests)}] {request['id']}: {sentences} "
               f"sentences, {time.perf_counter() - start:.0f} s", flush=True)

@@ -33,12 +33,12 @@ def bm25_scores(question: str, passages: Sequence[Passage]) -> np.ndarray:
     term left after stopwords ("It was.") matches nothing: every passage scores 0."""
     import bm25s
 
-    corpus = bm25s.tokenize([p.full_text for p in passages], stopwords="en", show_progress=False)
-    retriever = bm25s.BM25(k1=1.5, b=0.75)
-    retriever.index(corpus, show_progress=False)
     query = bm25s.tokenize([question], stopwords="en", show_progress=False, return_ids=False)[0]
     if not query:  # bm25s indexes query[0]
         return np.zeros(len(passages))
+    corpus = bm25s.tokenize([p.full_text for p in passages], stopwords="en", show_progress=False)
+    retriever = bm25s.BM25(k1=1.5, b=0.75)
+    retriever.index(corpus, show_progress=False)
     # get_scores takes the query as a list of token strings known to the index vocabulary.
     return np.asarray(retriever.get_scores(query), dtype=np.float64)
 
