@@ -28,7 +28,9 @@ leave-one-out (independent passes, no prefix reuse) within 5e-3 nats per token o
 `--naive` contexts of each task.
 
 Rows are appended per context to OUT/rows.jsonl, so a stopped run resumes where it stopped;
-`--stop-after MINUTES` ends a part between contexts.
+`--stop-after MINUTES` ends a part between contexts. `--redo GRANULARITY:METHOD` drops one pair's rows
+from the contexts done (after a change to that method) and a run reads it again on them before going on
+with new contexts; the tables hold only contexts with every pair.
 
     python benchmarks/spans_head_to_head.py --out docs/results/spans [--contexts 20] [--lds-masks 32]
 """
@@ -62,6 +64,7 @@ METHODS = {  # name -> estimator spec (None: the context-cite package)
     "contextcite-32": "contextcite(num_ablations=32)", "contextcite-64": "contextcite(num_ablations=64)",
     "context-cite package": None, "bm25": "bm25", "yd-cosine": "yd-cosine",
 }
+PAIRS = frozenset((g, m) for g in GRANULARITIES for m in METHODS)
 _CASE_ID = re.compile(r"-?\d{6,}|[0-9a-f]{24}")  # ASQA's and HotpotQA's case ids as they appear in records
 
 
@@ -155,8 +158,10 @@ def package_reading(lm: Any, prompt: Any, question: str, response: str, spans: S
             list(ids) == list(prompt.ids))
 
 
-def run_context(lm: Any, request: dict[str, Any], args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Every granularity and method on one context: the rows of its sentences, and one cost row per method."""
+def run_context(lm: Any, request: dict[str, Any], args: argparse.Namespace,
+                missing: set[tuple[str, str]]) -> list[dict[str, Any]]:
+    """The `missing` (granularity, method) pairs on one context (all of them for a new context): the rows of
+    its sentences, and one cost row per pair; the naive check runs with `loo`."""
     import numpy as np
     from scipy.stats import spearmanr
 
@@ -164,7 +169,7 @@ def run_context(lm: Any, request: dict[str, Any], args: argparse.Namespace) -> l
     from ascp.attribution.ablation import Ablations
     from ascp.attribution.contextcite import logit_prob
     from ascp.attribution.sources import sentence_sources
-    from ascp.attribution.spans import assign_tokens
+    from ascp.attribution.spans import assign_tokens, sentence_spans
     from ascp.lm.prompts import prompt_template
     from ascp.lm.sampling import derive_seed
     from ascp.types import Passage
@@ -173,35 +178,42 @@ def run_context(lm: Any, request: dict[str, Any], args: argparse.Namespace) -> l
     passages = tuple(Passage(id=p["id"], text=p["text"], title=p["title"]) for p in request["passages"])
     template = prompt_template("commit", None, "")
     response_ids = lm.encode(request["response"])
+    bounds = sentence_spans(request["response"])
     rows: list[dict[str, Any]] = []
     for granularity in GRANULARITIES:
+        methods = [name for name in METHODS if (granularity, name) in missing]
+        if not methods:
+            continue
         prompt = lm.encode_prompt(request["question"], passages, template)
         if granularity == "sentences":
             prompt, _ = sentence_sources(prompt, passages, template, request["id"])
         ids = list(prompt.passage_ids)
         readings: dict[str, Any] = {}
-        for name, spec in METHODS.items():
+        for name in methods:
+            spec = METHODS[name]
             if spec is None:
                 continue
             readings[name] = Probe(lm, spec, seed=args.seed, spans="sentences", sources=granularity).attribute_many(
                 [body])[0]
+            if [(s.start, s.end) for s in readings[name].spans] != bounds:
+                raise SystemExit(f"{request['id']}: {name} read other sentences than sentence_spans gives")
             rows.append({"kind": "cost", "context": request["id"], "task": request["task"], "granularity": granularity,
                          "method": name, "sources": len(ids), "tokens": readings[name].tokens_processed,
                          "seconds": readings[name].seconds})
-        spans = readings["loo"].spans
-        package, fed, seconds, same_prompt = package_reading(lm, prompt, request["question"], request["response"],
-                                                             [(s.start, s.end) for s in spans])
-        rows.append({"kind": "cost", "context": request["id"], "task": request["task"], "granularity": granularity,
-                     "method": "context-cite package", "sources": len(ids), "tokens": fed, "seconds": seconds,
-                     "same_prompt": same_prompt})
-        groups = assign_tokens([(s.start, s.end) for s in spans], lm.response_token_spans(request["response"]),
-                               request["response"])
+        if "context-cite package" in methods:
+            package, fed, seconds, same_prompt = package_reading(lm, prompt, request["question"], request["response"],
+                                                                 bounds)
+            rows.append({"kind": "cost", "context": request["id"], "task": request["task"],
+                         "granularity": granularity, "method": "context-cite package", "sources": len(ids),
+                         "tokens": fed, "seconds": seconds, "same_prompt": same_prompt})
+        groups = assign_tokens(bounds, lm.response_token_spans(request["response"]), request["response"])
         evaluation = Ablations(lm, prompt, response_ids)
         full = np.asarray(evaluation.full_logprobs)
         rng = np.random.default_rng(derive_seed(args.seed, f"lds-masks:{granularity}:{request['id']}"))
         masks = rng.random((args.lds_masks, len(ids))) < 0.5
         masked = [np.asarray(o) for o in evaluation.score([prompt.deletion(np.flatnonzero(~m)) for m in masks])]
-        if request["naive"]:  # spans cost no token; per-sentence loo equals independent passes of each deletion
+        # spans cost no token; per-sentence loo equals independent passes of each deletion
+        if request["naive"] and "loo" in methods:
             plain = Probe(lm, "loo", seed=args.seed, sources=granularity).attribute_many([body])[0]
             rows.append({"kind": "spans-cost", "context": request["id"], "granularity": granularity,
                          "loo_tokens_with_spans": readings["loo"].tokens_processed,
@@ -210,12 +222,12 @@ def run_context(lm: Any, request: dict[str, Any], args: argparse.Namespace) -> l
             deleted = [np.asarray(o) for o in naive.score([prompt.deletion([i]) for i in range(len(ids))])]
             naive_full = np.asarray(naive.full_logprobs)
             gap = max(abs(span.reading.scores[pid] - (naive_full[t].mean() - deleted[i][t].mean()))
-                      for span, t in zip(spans, groups, strict=True) for i, pid in enumerate(ids))
+                      for span, t in zip(readings["loo"].spans, groups, strict=True) for i, pid in enumerate(ids))
             rows.append({"kind": "naive", "context": request["id"], "granularity": granularity, "max_gap": float(gap)})
         removals: dict[frozenset[int], np.ndarray] = {}
         for s_index, tokens in enumerate(groups):
             actual = [logit_prob(float(o[tokens].sum())) for o in masked]
-            for name in METHODS:
+            for name in methods:
                 vector = (np.asarray(package[s_index], dtype=np.float64) if METHODS[name] is None else
                           np.array([readings[name].spans[s_index].reading.scores[i] for i in ids]))
                 order = list(np.argsort(-vector, kind="stable"))
@@ -248,6 +260,34 @@ def check_resumed(lm: Any, requests: list[dict[str, Any]], responses: list[str],
         if counts != [recorded[request["id"]][i] for i in sorted(recorded[request["id"]])]:
             raise SystemExit(f"{request['id']}: today's response is not the one its rows in rows.jsonl were read "
                              f"from (sentence tokens {counts}); resume with the model and seed of the first part.")
+
+
+def pairs_done(rows: list[dict[str, Any]]) -> dict[str, set[tuple[str, str]]]:
+    """Per context, the (granularity, method) pairs its rows hold (each has one cost row)."""
+    have: dict[str, set[tuple[str, str]]] = {}
+    for row in rows:
+        if row["kind"] == "cost":
+            have.setdefault(row["context"], set()).add((row["granularity"], row["method"]))
+    return have
+
+
+def redo_pair(text: str) -> tuple[str, str]:
+    """`GRANULARITY:METHOD` of `--redo`, checked."""
+    granularity, _, method = text.partition(":")
+    if (granularity, method) not in PAIRS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not GRANULARITY:METHOD with a granularity of "
+                                         f"{', '.join(GRANULARITIES)} and a method of {', '.join(METHODS)}")
+    return granularity, method
+
+
+def drop_pairs(store: Path, rows: list[dict[str, Any]], pairs: set[tuple[str, str]]) -> list[dict[str, Any]]:
+    """`rows` without the cost and sentence rows of `pairs`, written over `store` at once (a new file
+    renamed over it, so a stop never leaves it half-written)."""
+    kept = [r for r in rows if not (r["kind"] in ("cost", "sentence") and (r["granularity"], r["method"]) in pairs)]
+    partial = store.with_suffix(".jsonl.partial")
+    partial.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+    os.replace(partial, store)
+    return kept
 
 
 def machine_line() -> str:
@@ -336,6 +376,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--stop-after", type=float, default=None, metavar="MINUTES",
                         help="start no new context once MINUTES have passed since the responses were "
                              "generated (a part of a run in parts); the report covers the contexts done")
+    parser.add_argument("--redo", type=redo_pair, action="append", default=[], metavar="GRANULARITY:METHOD",
+                        help="drop the rows of this pair from the contexts done and read it again on them "
+                             "(after a change to that method; repeatable), then go on with new contexts")
     parser.add_argument("--report-only", action="store_true",
                         help="summarise the contexts OUT/rows.jsonl holds, run nothing (a stopped run's part)")
     args = parser.parse_args(argv)
@@ -348,7 +391,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     requests = fresh_requests(args.contexts, args.out)
     store = args.out / "rows.jsonl"
     rows = [json.loads(line) for line in store.read_text().splitlines()] if store.is_file() else []
-    done = {r["context"] for r in rows}
+    if args.redo and not args.report_only:
+        rows = drop_pairs(store, rows, set(args.redo))
+    have = pairs_done(rows)
+    done = {context for context, pairs in have.items() if pairs == PAIRS}
     if args.report_only:
         requests = [r for r in requests if r["id"] in done]
         return report(args, requests, rows)
@@ -367,7 +413,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for n, (request, first) in enumerate(zip(requests, sampled, strict=True), start=1):
         per_task[request["task"]] = per_task.get(request["task"], 0) + 1
         request["response"], request["naive"] = first.response, per_task[request["task"]] <= args.naive
-        if request["id"] in done:
+        missing = set(PAIRS - have.get(request["id"], set()))
+        if not missing:
             continue
         if args.stop_after is not None and time.perf_counter() - began > 60 * args.stop_after:
             print(f"stopped after {args.stop_after:g} minutes: {len(done)} of {len(requests)} contexts done; "
@@ -375,19 +422,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             requests = [r for r in requests if r["id"] in done]
             break
         start = time.perf_counter()
-        new = run_context(lm, request, args)
+        new = run_context(lm, request, args, missing)
         with store.open("a", encoding="utf-8") as handle:
             handle.writelines(json.dumps(r) + "\n" for r in new)
         rows += new
         done.add(request["id"])
-        sentences = sum(r["kind"] == "sentence" for r in new) // len(METHODS) // len(GRANULARITIES)
+        sentences = sum(r["kind"] == "sentence" for r in new) // len(missing)
+        what = "" if missing == PAIRS else f" ({', '.join(f'{g}:{m}' for g, m in sorted(missing))} again)"
         print(f"[{n}/{len(requests)}] {request['id']}: {sentences} "
-              f"sentences, {time.perf_counter() - start:.0f} s", flush=True)
+              f"sentences{what}, {time.perf_counter() - start:.0f} s", flush=True)
     return report(args, requests, rows)
 
 
 def report(args: argparse.Namespace, requests: list[dict[str, Any]], rows: list[dict[str, Any]]) -> int:
-    """results.json, table.md and cost.png from the rows of the contexts run."""
+    """results.json, table.md and cost.png from the rows of the contexts run (`requests`; the rows of a
+    context still missing a pair are left out)."""
+    chosen = {r["id"] for r in requests}
+    rows = [r for r in rows if r["context"] in chosen]
     machine = machine_line()
     summary = summarise(rows)
     positions = "; ".join(f"{task} positions {','.join(str(r['position']) for r in requests if r['task'] == task)}"

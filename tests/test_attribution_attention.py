@@ -125,6 +125,50 @@ def test_knockout_equals_an_uncached_masked_pass(lm, random_item):
         assert read.tokens_processed - some.tokens_processed == (k - 1) * len(item.response_ids)
 
 
+def test_a_sentence_source_holds_the_tokens_of_its_own_words(lm):
+    """Byte-level BPE folds the space before a word into the word's token (" A"), so a source's tokens
+    are those anchored on its own characters: the tokenizer's decoding of each source's token span spells
+    the source's text, and a one-word last sentence ("A", as an ASQA passage ending in "Since" had)
+    keeps its token instead of leaving its source with none."""
+    from ascp.attribution.sources import sentence_pieces, sentence_sources
+    from ascp.lm.prompts import PromptTemplate
+
+    passages = [Passage("a", "Mary Shelley wrote the novel. It was published in 1818.", "Mary Shelley"),
+                Passage("d", "It was first held in 1963. A")]
+    assert sentence_pieces(passages[1].text) == ["It was first held in 1963. ", "A"]
+    assert [lm.tokenizer.decode([t]) for t in lm.encode("in 1963. A")][-1] == " A"  # the case being tested
+    prompt, _ = sentence_sources(lm.encode_prompt("who?", passages), passages, PromptTemplate(), "r")
+    for (a, b), (lo, hi) in zip(passage_token_spans(lm, prompt), prompt.passage_char_spans().values(), strict=True):
+        assert b > a and lm.tokenizer.decode(list(prompt.ids[a:b])).strip() == prompt.text[lo:hi].strip()
+
+
+def test_a_source_with_no_token_of_its_own_reads_nothing_and_costs_no_pass(lm):
+    """A source cut inside one token ("o" inside the token "rot" of " w", "rot", "e") anchors no token: it gets an
+    empty span, no attention mass, a knockout of exactly 0 with no pass fed, and the other sources read
+    as the same prompt cut without it reads them."""
+    from dataclasses import replace
+
+    passages = [Passage("a", "Mary Shelley wrote the novel. It was published in 1818.", "Mary Shelley"),
+                Passage("b", "The quick brown fox jumps over the lazy dog.")]
+    prompt = lm.encode_prompt("who wrote it?", passages)
+    head, block_a = prompt.segment_texts[:2]
+    assert [lm.tokenizer.decode([t]) for t in lm.encode(" wrote")] == [" w", "rot", "e"]
+    cut_at = block_a.index("rote") + 1
+    segments = (head, block_a[:cut_at], block_a[cut_at:cut_at + 1], block_a[cut_at + 1:], *prompt.segment_texts[2:])
+    split = replace(prompt, segment_texts=segments, passage_ids=("a1", "a2", "a3", "b"), source_segments=(1, 2, 3, 4),
+                    source_passages=("a", "a", "a", "b"))
+    assert split.text == prompt.text
+    spans = passage_token_spans(lm, split)
+    assert spans[1][0] == spans[1][1] and all(b > a for j, (a, b) in enumerate(spans) if j != 1)
+    response = lm.encode("Mary Shelley wrote it.")
+    read = lm.read_attention(split, response)
+    assert read.knockout[1] == 0.0 and np.all(read.features[1] == 0.0)
+    whole = lm.read_attention(prompt, response)  # block a unsplit: its mass is its three pieces' mass
+    np.testing.assert_allclose(read.features[[0, 1, 2]].sum(0), whole.features[0], atol=1e-6)
+    np.testing.assert_allclose(read.knockout[3], whole.knockout[1], atol=1e-6)
+    assert read.tokens_processed == whole.tokens_processed + len(response)  # 3 knockouts fed, not 4
+
+
 def test_a_part_of_the_response_reads_its_own_rows_and_knockouts(lm, random_item):
     """`AttentionPass.over(tokens)`: the attention of the rows predicting those tokens only, and the
     knockout's drop over those tokens, against eager attention and the masked pass written by hand."""

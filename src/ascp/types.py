@@ -78,6 +78,15 @@ class AttributionRequest:
     response: str | None = None
 
 
+def token_anchor(text: str, start: int, end: int) -> int:
+    """Where the token covering text[start:end] sits: its first non-space character, or its start when it is
+    all whitespace. Byte-level BPE tokenizers (SmolLM2, Llama 3, Qwen) fold the space before a word into the
+    word's token (" It"), so a token belongs with the word it spells, not with the space before it; the
+    rule places response tokens in sentences and prompt tokens in sources."""
+    piece = text[start:end]
+    return start + len(piece) - len(piece.lstrip()) if piece.strip() else start
+
+
 def tokens_overlapping(token_spans: Sequence[tuple[int, int]], start: int, end: int) -> list[int]:
     """The response tokens (indexes) whose characters overlap [start, end): the tokens of a span read by
     `for_span` and `read_spans`."""

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ascp.errors import AscpError
 from ascp.reading import read_scores
-from ascp.types import SpanReading
+from ascp.types import SpanReading, token_anchor
 
 if TYPE_CHECKING:
     import numpy as np
@@ -65,16 +65,14 @@ def sentence_spans(text: str, language: str = "en") -> list[tuple[int, int]]:
 def assign_tokens(spans: Sequence[tuple[int, int]], token_spans: Sequence[tuple[int, int]],
                   text: str) -> list[list[int]]:
     """For each span, the response tokens whose first non-space character lies in it or in the whitespace
-    after it (before the next span starts): every token goes to exactly one span. Byte-level BPE
-    tokenizers (SmolLM2, Llama 3, Qwen) fold the space before a word into the word's token (" It"),
-    so a token is placed by its first non-space character, not its first character."""
+    after it (before the next span starts): every token goes to exactly one span, placed by
+    `token_anchor` (its first non-space character, not its first character)."""
     if not spans:
         return []
     starts = [s for s, _ in spans]
     groups: list[list[int]] = [[] for _ in spans]
     for i, (a, b) in enumerate(token_spans):
-        piece = text[a:b]
-        at = a + len(piece) - len(piece.lstrip()) if piece.strip() else a
+        at = token_anchor(text, a, b)
         j = max((k for k, s in enumerate(starts) if s <= at), default=0)
         groups[j].append(i)
     return groups

@@ -40,6 +40,7 @@ import numpy as np
 from ascp.errors import AscpError
 from ascp.lm.encoded import EncodedPrompt
 from ascp.lm.protocol import AttentionPass, tokens_fed
+from ascp.types import token_anchor
 
 POOLED_ATTENTION = "ascp_pooled_sdpa"
 """The name the pooling attention function is registered under in transformers' `AttentionInterface`."""
@@ -47,23 +48,22 @@ _ROW_CHUNK = 256  # response rows whose softmax is held at once (R x T floats pe
 
 
 def passage_token_spans(holder: Any, prompt: EncodedPrompt) -> list[tuple[int, int]]:
-    """Token span [start, end) of each passage block in `prompt.ids`: the tokens whose first
-    character lies in the block's characters (a token straddling a boundary belongs to the block
-    where it starts). A block with no token of its own is one sentence."""
+    """Token span [start, end) of each source (a passage block, or a sentence of one) in `prompt.ids`: the
+    tokens whose `token_anchor` (first non-space character) lies in the source's characters, so a
+    sentence's first word (" Since") is its own, not the sentence before it's. A source none of whose
+    characters anchors a token (a word merged across the boundary) gets an empty span at its place: no
+    attention reaches it and hiding it hides nothing."""
     import bisect
 
     enc = holder.tokenizer(prompt.text, add_special_tokens=False, return_offsets_mapping=True)
     if tuple(enc["input_ids"]) != tuple(prompt.ids):
         raise AscpError(f"model {holder.name!r}: the prompt's ids are not tokenizer(text) of its text, "
                         "so its passages cannot be located; encode the prompt with this model.")
-    starts = [int(a) for a, _ in enc["offset_mapping"]]
+    anchors = [token_anchor(prompt.text, int(a), int(b)) for a, b in enc["offset_mapping"]]
     spans = []
-    for pid, (lo, hi) in prompt.passage_char_spans().items():
-        a, b = bisect.bisect_left(starts, lo), bisect.bisect_left(starts, hi)
-        if b <= a:
-            raise AscpError(f"passage {pid!r} has no token of its own in the prompt, so no attention can be read "
-                            "for it; give it some text.")
-        spans.append((a, b))
+    for lo, hi in prompt.passage_char_spans().values():
+        a = bisect.bisect_left(anchors, lo)
+        spans.append((a, max(a, bisect.bisect_left(anchors, hi))))
     return spans
 
 
@@ -167,8 +167,13 @@ def knockout_scores(holder: Any, cache: Any, ids: Sequence[int], response: Seque
     target = torch.tensor(list(response), dtype=torch.long, device=holder.device)[:, None]
     out = np.empty(len(spans))
     tokens = np.empty((len(spans), n))
+    fed = 0
     for j, (a, b) in enumerate(spans):
+        if a == b:  # a source with no token of its own: hiding it changes nothing, so no pass is needed
+            out[j], tokens[j] = 0.0, full
+            continue
         _truncate(cache, keep)
+        fed += n
         mask = base.clone()
         mask[0, 0, :, a:b] = blocked
         with torch.inference_mode():
@@ -178,7 +183,7 @@ def knockout_scores(holder: Any, cache: Any, ids: Sequence[int], response: Seque
         out[j] = float(full.mean()) - float(hidden.mean())
         tokens[j] = hidden.cpu().numpy()
     _truncate(cache, keep)
-    return out, len(spans) * n, tokens
+    return out, fed, tokens
 
 
 def read_attention(holder: Any, prompt: EncodedPrompt, response: Sequence[int],
