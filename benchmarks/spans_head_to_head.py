@@ -418,7 +418,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         if args.stop_after is not None and time.perf_counter() - began > 60 * args.stop_after:
             print(f"stopped after {args.stop_after:g} minutes: {len(done)} of {len(requests)} contexts done; "
-                  "the same command resumes", flush=True)
+                  f"the same command{' without --redo' if args.redo else ''} resumes", flush=True)
             requests = [r for r in requests if r["id"] in done]
             break
         start = time.perf_counter()
