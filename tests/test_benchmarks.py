@@ -31,3 +31,30 @@ def test_committed_results_recompute_from_their_records():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| ") and "folder" not in line]
     assert len(rows) == 5 and all(line.endswith("| 0 |") for line in rows), proc.stdout
+
+
+def test_spans_head_to_head_redoes_one_pair_and_keeps_the_rest(tmp_path, monkeypatch):
+    """`--redo GRANULARITY:METHOD` drops exactly that pair's cost and sentence rows, rewriting the store
+    whole, so the resumed run reads that pair again on those contexts only; a bad pair is one sentence."""
+    import json
+
+    monkeypatch.syspath_prepend(str(BENCHMARKS[0].parent))
+    import spans_head_to_head as bench
+
+    rows = [{"kind": kind, "context": context, "granularity": g, "method": m, "sentence": 0}
+            for context in ("asqa/1", "hotpotqa/2") for g, m in sorted(bench.PAIRS) for kind in ("cost", "sentence")]
+    rows.append({"kind": "naive", "context": "asqa/1", "granularity": "sentences", "max_gap": 1e-6})
+    assert all(pairs == bench.PAIRS for pairs in bench.pairs_done(rows).values())
+    store = tmp_path / "rows.jsonl"
+    store.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    redo = {bench.redo_pair("sentences:attention"), bench.redo_pair("sentences:gated")}
+    kept = bench.drop_pairs(store, rows, redo)
+    assert [json.loads(line) for line in store.read_text().splitlines()] == kept
+    assert len(rows) - len(kept) == 2 * 2 * 2  # two pairs, two contexts, a cost and a sentence row each
+    assert all(pairs == bench.PAIRS - redo for pairs in bench.pairs_done(kept).values())
+    assert not list(tmp_path.glob("*.partial"))
+    script = BENCHMARKS[0].parent / "spans_head_to_head.py"
+    proc = subprocess.run([sys.executable, str(script), "--out", str(tmp_path), "--redo", "sentences:nope"],
+                          capture_output=True, text=True, timeout=300, cwd=script.parent)
+    assert proc.returncode == 2 and "'sentences:nope' is not GRANULARITY:METHOD" in proc.stderr
+    assert store.read_text().count("\n") == len(kept)  # refused before anything was touched
