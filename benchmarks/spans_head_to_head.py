@@ -281,12 +281,13 @@ def redo_pair(text: str) -> tuple[str, str]:
 
 
 def drop_pairs(store: Path, rows: list[dict[str, Any]], pairs: set[tuple[str, str]]) -> list[dict[str, Any]]:
-    """`rows` without the cost and sentence rows of `pairs`, written over `store` at once (a new file
-    renamed over it, so a stop never leaves it half-written)."""
+    """`rows` without the cost and sentence rows of `pairs`, written over `store` at once (`atomic_writer`,
+    so a stop never leaves it half-written)."""
+    from ascp.jsonio import atomic_writer
+
     kept = [r for r in rows if not (r["kind"] in ("cost", "sentence") and (r["granularity"], r["method"]) in pairs)]
-    partial = store.with_suffix(".jsonl.partial")
-    partial.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
-    os.replace(partial, store)
+    with atomic_writer(store) as handle:
+        handle.writelines(json.dumps(r) + "\n" for r in kept)
     return kept
 
 
@@ -413,7 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for n, (request, first) in enumerate(zip(requests, sampled, strict=True), start=1):
         per_task[request["task"]] = per_task.get(request["task"], 0) + 1
         request["response"], request["naive"] = first.response, per_task[request["task"]] <= args.naive
-        missing = set(PAIRS - have.get(request["id"], set()))
+        missing = set(PAIRS) - have.get(request["id"], set())
         if not missing:
             continue
         if args.stop_after is not None and time.perf_counter() - began > 60 * args.stop_after:
