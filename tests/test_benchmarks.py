@@ -58,3 +58,32 @@ def test_spans_head_to_head_redoes_one_pair_and_keeps_the_rest(tmp_path, monkeyp
                           capture_output=True, text=True, timeout=300, cwd=script.parent)
     assert proc.returncode == 2 and "'sentences:nope' is not GRANULARITY:METHOD" in proc.stderr
     assert store.read_text().count("\n") == len(kept)  # refused before anything was touched
+
+
+def test_spans_head_to_head_pairs_each_method_with_loo_on_the_same_sentence(monkeypatch):
+    """`against_loo` is the mean, per metric, of (method - loo) over the sentences both read finitely, with
+    an interval over contexts: a copy of `loo` differs by exactly 0, a shifted reading by its shift, and a
+    sentence whose LDS is undefined for either method leaves that metric only."""
+    import math
+
+    monkeypatch.syspath_prepend(str(BENCHMARKS[0].parent))
+    import spans_head_to_head as bench
+
+    rows = []
+    for c in range(4):
+        for sentence in range(3):
+            base = {"kind": "sentence", "context": f"asqa/{c}", "granularity": "sentences", "sentence": sentence}
+            loo = {"top1_drop": 1.0 + c, "top3_drop": 2.0 + sentence, "lds": 0.5 if sentence else math.nan}
+            for name in bench.METHODS:
+                shift = {"hierarchical": 0.0, "bm25": -1.0}.get(name, 0.25)
+                row = {k: v + shift for k, v in loo.items()} if name != "loo" else dict(loo)
+                rows.append({**base, "method": name, **row})
+    table = {e["method"]: e for e in bench.against_loo(rows, n_boot=200)["sentences"]}
+    assert set(table) == set(bench.METHODS) - {"loo"}
+    assert table["hierarchical"]["top-3 drop"] == {"mean": 0.0, "lo": 0.0, "hi": 0.0, "sentences": 12, "contexts": 4}
+    for metric in ("top-1 drop", "top-3 drop", "LDS"):
+        assert math.isclose(table["bm25"][metric]["mean"], -1.0)
+        assert math.isclose(table["contextcite-64"][metric]["lo"], 0.25)
+    assert table["bm25"]["LDS"]["sentences"] == 8 and table["bm25"]["top-1 drop"]["sentences"] == 12
+    assert bench.against_loo(rows)["passages"] == [{"method": m, "top-1 drop": None, "top-3 drop": None, "LDS": None}
+                                                   for m in bench.METHODS if m != "loo"]
