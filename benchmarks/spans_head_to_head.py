@@ -375,6 +375,7 @@ def write_report(out: Path, summary: dict[str, Any], meta: dict[str, Any]) -> li
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, granularity in zip(axes, GRANULARITIES, strict=True):
@@ -383,6 +384,10 @@ def write_report(out: Path, summary: dict[str, Any], meta: dict[str, Any]) -> li
                 ax.scatter(r["tokens / response"], r["top-3 drop"])
                 ax.annotate(r["method"], (r["tokens / response"], r["top-3 drop"]), fontsize=7)
         ax.set_xscale("log")
+        # Thousands on the major ticks only: a log axis's default minor labels overlap at this width.
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.0f}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.margins(x=0.25)
         ax.set_title(f"sources: {granularity}")
         ax.set_xlabel("tokens fed per response (log; proxies feed none)")
         ax.set_ylabel("top-3 log-probability drop (nats)")
