@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import math
 import os
 import platform
 import re
@@ -333,6 +334,10 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
 METRICS = {"top-1 drop": "top1_drop", "top-3 drop": "top3_drop", "LDS": "lds"}
 
 
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
 def against_loo(rows: list[dict[str, Any]], n_boot: int = 2000) -> dict[str, list[dict[str, Any]]]:
     """Per granularity and method: its reading minus exact `loo`'s on the same sentence, per metric, as a
     mean with a 95% percentile cluster-bootstrap interval over contexts (a response's sentences share
@@ -355,11 +360,11 @@ def against_loo(rows: list[dict[str, Any]], n_boot: int = 2000) -> dict[str, lis
                 continue
             entry: dict[str, Any] = {"method": name}
             for label, field in METRICS.items():
-                pairs = [(where[0], reading[(granularity, *where, name)][field] - r[field])
-                         for where, r in exact.items()
-                         if (granularity, *where, name) in reading
-                         and all(v is not None and np.isfinite(v)
-                                 for v in (r[field], reading[(granularity, *where, name)][field]))]
+                pairs = []  # (context, method - loo) per sentence both read finitely
+                for (context, sentence), mine in exact.items():
+                    theirs = reading.get((granularity, context, sentence, name))
+                    if theirs is not None and all(_finite(v) for v in (mine[field], theirs[field])):
+                        pairs.append((context, theirs[field] - mine[field]))
                 if not pairs:
                     entry[label] = None
                     continue
@@ -405,10 +410,11 @@ def write_report(out: Path, summary: dict[str, Any], meta: dict[str, Any]) -> li
             lines.append(f"| {r['method']} | {r['top-1 drop']:.3f} | {r['top-3 drop']:.3f} | {r['LDS']:.3f} | "
                          f"{r['tokens / response']:,.0f} | {r['seconds / response']:.2f} |")
         lines.append("")
+    intervals = sum(entry[m] is not None for g in GRANULARITIES for entry in summary["against_loo"][g] for m in METRICS)
     lines += ["### Against exact `loo`, sentence by sentence", "",
               "Each method's reading minus `loo`'s on the same response sentence (positive: the method does "
               "better on that metric), the mean with a 95% percentile cluster-bootstrap interval over "
-              "contexts (2,000 replicates; no adjustment for the 32 intervals). An interval that excludes 0 "
+              f"contexts (2,000 replicates; no adjustment for the {intervals} intervals). An interval that excludes 0 "
               "is a difference these contexts show; one that holds 0 is not.", ""]
     for granularity in GRANULARITIES:
         lines += [f"| {granularity}: method - loo | " + " | ".join(METRICS) + " |",
