@@ -147,6 +147,54 @@ def test_comparison_tables_scheduler_only_and_steered(grid_report):
     assert t10[0] == "Ascp without steering"
 
 
+def test_seed_table_replicates_grid_and_held_out_contrasts_per_seed(grid_report):
+    rows = {r["contrast"]: r for r in grid_report["data"]["table14_seeds"]["data"]}
+    assert rows["rot over fix @k2T4"]["per_seed"] == pytest.approx({"0": 0.4, "1": 0.4})
+    assert rows["Table 11: Ascp vs vanilla RAG @k2T4"]["per_seed"] == pytest.approx({"0": 0.3, "1": 0.3})
+    assert rows["Table 11: Ascp vs MMR @k2T4"]["sd"] == pytest.approx(0.0)
+    # the steered reference against its own scheduler unsteered (0.32 - 0.30 at each seed)
+    assert rows["Table 10: Ascp vs Ascp without steering @k2T4"]["mean"] == pytest.approx(0.02)
+
+
+def test_seed_table_weighs_tasks_equally_within_each_seed(tmp_path):
+    """Two tasks of 3 and 5 queries whose Ascp-minus-MMR differs by seed: each seed's row is the mean of its
+    two task means (not of its 8 queries), and the mean over seeds is Table 11's pooled ΔPR."""
+    effect = {("a", 0): 0.1, ("b", 0): 0.3, ("a", 1): 0.0, ("b", 1): 0.2}
+    records = []
+    for (task, seed), delta in effect.items():
+        for i in range(3 if task == "a" else 5):
+            records.append(unit(c("mmr(k=2,T=3)"), f"{task}{i}", seed, 0.2 + 0.01 * i, task=task))
+            records.append(unit(c("ascp(k=2,T=3)"), f"{task}{i}", seed, 0.2 + 0.01 * i + delta, task=task))
+    report = write_report(write_store(tmp_path / "s", records), n_boot=200)
+    data = json.loads((report.out / "tables" / "tables.json").read_text(encoding="utf-8"))
+    row = {r["contrast"]: r for r in data["table14_seeds"]["data"]}["Table 11: Ascp vs MMR @k2T3"]
+    assert row["per_seed"] == pytest.approx({"0": (0.1 + 0.3) / 2, "1": (0.0 + 0.2) / 2})
+    assert row["sd"] == pytest.approx(0.1 / math.sqrt(2))
+    pooled = data["table11_ascp_k2_T3"]["data"][0]
+    assert pooled["label"] == "MMR" and pooled["delta_pr_mean"] == pytest.approx(row["mean"])
+    markdown = (report.out / "tables" / "table14_seeds.md").read_text(encoding="utf-8")
+    assert "| Table 11: Ascp vs MMR @k2T3 | 0.200 | 0.100 | 0.150 | 0.0707 |" in markdown
+
+
+def test_each_full_steered_decoder_gets_its_own_table10(tmp_path):
+    """Table 10's reference is the full decoder (steer and eta above 0; the partial ones are Table 12's); two
+    of them at one k, T get a table each, named by the field that tells them apart, none overwriting the
+    other."""
+    records = []
+    for i in range(6):
+        for text, pr in (("mmr(k=2,T=3)", 0.2), ("ascp(k=2,T=3)", 0.3), ("ascp(k=2,T=3,steer=0.5,eta=0.1)", 0.35),
+                         ("ascp(k=2,T=3,steer=1.0,eta=0.1)", 0.4), ("ascp(k=2,T=3,steer=0.5,eta=0.0)", 0.5)):
+            records.append(unit(c(text), f"q{i}", 0, pr + 0.01 * i))
+    report = write_report(write_store(tmp_path / "s", records), n_boot=200)
+    data = json.loads((report.out / "tables" / "tables.json").read_text(encoding="utf-8"))
+    assert {k for k in data if k.startswith("table1") and "_ascp_" in k} == {
+        "table11_ascp_k2_T3", "table10_ascp_k2_T3_steer0.5", "table10_ascp_k2_T3_steer1.0"}
+    steered = {k: {r["label"]: r["delta_pr_mean"] for r in data[k]["data"]} for k in data if k.startswith("table10")}
+    assert steered["table10_ascp_k2_T3_steer0.5"] == pytest.approx({"Ascp without steering": 0.05, "MMR": 0.15})
+    assert steered["table10_ascp_k2_T3_steer1.0"] == pytest.approx({"Ascp without steering": 0.1, "MMR": 0.2})
+    assert data["table10_ascp_k2_T3_steer1.0"]["title"].startswith("Table 10: Ascp vs baselines at k=2, T=3, steer=1.0")
+
+
 def test_decoder_table_uses_seed_t_with_two_seeds(grid_report):
     rows = {r["contrast"]: r for r in grid_report["data"]["table12_decoder"]["data"]}
     assert rows["full decoder - off"]["delta_pr_mean"] == pytest.approx(0.02)

@@ -7,16 +7,17 @@ replication (Table 14), instruction x policy (Table 16) and the structured singl
   centred groundedness; per-task r against PR@T; partial correlations of PR@T with one measure
   after residualising both on a second centred measure (ECR | distinct-2, distinct-2 | ECR).
   Groups with one observation carry no within-group variation and are dropped.
-- `seed_table` (Table 14): each decisive grid contrast (`tables.decisive_contrasts`) and each
-  rotation-over-fixed cell estimated separately per seed (paired within task, model, query),
-  with the mean and the standard deviation across seeds. Needs at least two seeds.
+- `seed_table` (Table 14): each decisive grid contrast (`tables.decisive_contrasts`), each
+  rotation-over-fixed cell and each held-out comparison of Tables 10/11 (`tables.held_out_comparisons`)
+  estimated separately per seed (paired within task, model, query; equal task weights), with the mean
+  and the standard deviation across seeds. Needs at least two seeds.
 - `instruction_table` (Table 16): integrate minus commit at every (k, T) of the rotation arm,
   other condition fields equal, paired within query.
 - `structured_table` (Table 17): each structured single response S (T = 1, `budget` B, k; Appendix
   D.2) against each rotation-arm portfolio at the same k with T = B, estimator and steering, for every
   plain instruction the run holds: gap = portfolio minus structured PR, paired within query.
 
-Condition fields are matched through `_key`, which maps NaN (steer/eta of ordinary decoding) to
+Condition fields are matched through `tables._key`, which maps NaN (steer/eta of ordinary decoding) to
 None: NaN never equals NaN, so NaN keys would match nothing.
 """
 
@@ -33,7 +34,9 @@ from ascp.report.tables import (
     Table,
     _est_dict,
     _grid_cells,
+    _key,
     decisive_contrasts,
+    held_out_comparisons,
 )
 from ascp.stats.format import estimate_interval, marker, num, signed
 
@@ -123,11 +126,6 @@ def pvalue_sci(p: float) -> str:
     return "-" if not math.isfinite(p) else f"{p:.1e}" if p < 0.001 else f"{p:.3f}"
 
 
-def _key(row, fields: tuple[str, ...]) -> tuple[Any, ...]:
-    """The row's `fields` as a hashable key, NaN as None (so unsteered conditions match each other)."""
-    return tuple(None if isinstance(row[f], float) and math.isnan(row[f]) else row[f] for f in fields)
-
-
 def _rotation_over_fixed(conds) -> list[tuple[str, str, str]]:
     """(label, rotation condition, fixed condition) at every (k, T > 1) holding both arms, same probe."""
     def key(r):
@@ -142,13 +140,15 @@ def _rotation_over_fixed(conds) -> list[tuple[str, str, str]]:
 
 
 def seed_table(frame) -> Table | None:
-    """Table 14 (see the module docstring); None with fewer than two seeds or no grid contrast."""
+    """Table 14 (see the module docstring); None with fewer than two seeds or no contrast."""
     seeds = sorted(frame["seed"].unique())
     if len(seeds) < 2:
         return None
     conds = conditions(frame)
     contrasts = [c for cells in _grid_cells(conds).values() for c in decisive_contrasts(cells)]
     contrasts += _rotation_over_fixed(conds)
+    contrasts += [(f"Table {c.number}: Ascp vs {label} @{c.tag}", c.reference, base)
+                  for c in held_out_comparisons(conds) for base, label in c.baselines]
     rows, data = [], []
     for label, a, b in contrasts:
         per_seed = []
@@ -164,9 +164,11 @@ def seed_table(frame) -> Table | None:
                      "mean": mean, "sd": sd})
     if not rows:
         return None
-    return Table("table14_seeds", "Table 14: seed replication of the grid contrasts",
+    return Table("table14_seeds", "Table 14: seed replication of the contrasts",
                  "Each contrast's mean paired PR@T difference a - b within one decoding seed (paired within task, "
-                 "model and query; equal task weights), then the mean and sample standard deviation across seeds.",
+                 "model and query; equal task weights), then the mean and sample standard deviation across seeds: "
+                 "the grid's contrasts, and the held-out comparisons of Tables 10/11 (Ascp minus baseline), whose "
+                 "tables pool the seeds with the crossed bootstrap.",
                  ["contrast", *(f"seed {s}" for s in seeds), "mean", "s.d."], rows, data)
 
 

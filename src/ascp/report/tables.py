@@ -291,17 +291,28 @@ def comparison_verdict(est: Estimate | None, q: float, paper: tuple[float, float
     return "opposite sign" + (", significant" if significant else "")
 
 
-def comparison_tables(frame, rng: np.random.Generator, n_boot: int) -> list[Table]:
-    """Tables 10/11: each plain `ascp` condition against every non-Ascp policy at the same k, T,
-    estimator and instruction with ordinary decoding (and, when Ascp steers, Ascp without steering;
-    an Ascp variant that is no ablation of Table 15, e.g. ascp-exposure, is a row the paper does not have).
-    Each row has the paper's number and a verdict beside it, and the power of this design
-    (`ascp.stats.detectable_effect`)."""
-    from ascp.stats import detectable_effect
+@dataclass(frozen=True)
+class HeldOutComparison:
+    """One reference of Table 10 (a full steered decoder) or 11 (ordinary decoding) and its baselines."""
 
-    conds = conditions(frame)
-    refs = [(n, r) for n, r in conds.iterrows() if _is_plain_ascp(r)]
-    tables = []
+    number: str  # "10" or "11"
+    key: str  # the table's file stem, e.g. table11_ascp_k5_T5
+    where: str  # "k=5, T=5", plus the fields that tell it from another reference of its table at that k, T
+    tag: str  # the same, short: "k5T5"
+    reference: str
+    row: Any  # the reference's row of `frame.conditions`
+    baselines: list[tuple[str, str]]  # (condition, label)
+
+
+def held_out_comparisons(conds) -> list[HeldOutComparison]:
+    """The contrasts of Tables 10/11 in `conds` (`frame.conditions`), for each plain `ascp` reference that
+    has a baseline: ordinary decoding (Table 11) or the full steered decoder, steer and eta both above 0
+    (Table 10; the decoder's partial variants are Table 12's). Its baselines: every non-Ascp policy at the
+    same k, T, estimator and instruction with ordinary decoding, another Ascp scheduler that is no ablation
+    of Table 15 (e.g. ascp-exposure), and for Table 10 Ascp without steering. References of one table at
+    the same k, T (another estimator, instruction or decoder setting) get those fields in key and title."""
+    refs = [(n, r) for n, r in conds.iterrows() if _is_plain_ascp(r) and _decoder_role(r) in ("off", "full")]
+    found = []
     for ref, rrow in sorted(refs, key=lambda x: (x[1]["k"], x[1]["T"], math.isfinite(x[1]["steer"]))):
         same = conds[(conds["k"] == rrow["k"]) & (conds["T"] == rrow["T"]) & (conds["estimator"] == rrow["estimator"])
                      & (conds["instruction"] == rrow["instruction"]) & conds["steer"].isna()]
@@ -314,13 +325,40 @@ def comparison_tables(frame, rng: np.random.Generator, n_boot: int) -> list[Tabl
         baselines += [(n, str(r["scheduler"])) for n, r in same.iterrows()  # another scheduler, not an ablation
                       if str(r["policy"]).startswith("ascp") and not _is_plain_ascp(r)
                       and r["policy"] not in {policy for _, policy in ABLATIONS}]
-        if not baselines:
-            continue
+        if baselines:
+            found.append(("10" if steered else "11", ref, rrow, baselines))
+    out = []
+    for number, ref, rrow, baselines in found:
+        k, t = rrow["k"], rrow["T"]
+        rivals = [r for n, _, r, _ in found if n == number and (r["k"], r["T"]) == (k, t)]
+        differing = [f for f in ("estimator", "instruction", "steer", "eta")
+                     if len({_key(r, (f,)) for r in rivals}) > 1]
+        out.append(HeldOutComparison(
+            number, f"table{number}_ascp_k{k}_T{t}" + "".join(f"_{f}{rrow[f]}" for f in differing),
+            ", ".join([f"k={k}", f"T={t}", *(f"{f}={rrow[f]}" for f in differing)]),
+            " ".join([f"k{k}T{t}", *(f"{f}={rrow[f]}" for f in differing)]), ref, rrow, baselines))
+    return out
+
+
+def _key(row, fields: tuple[str, ...]) -> tuple[Any, ...]:
+    """The row's `fields` as a hashable key, NaN as None (NaN never equals NaN)."""
+    return tuple(None if isinstance(row[f], float) and math.isnan(row[f]) else row[f] for f in fields)
+
+
+def comparison_tables(frame, rng: np.random.Generator, n_boot: int) -> list[Table]:
+    """Tables 10/11: each plain `ascp` condition against its baselines (`held_out_comparisons`; an Ascp
+    variant such as ascp-exposure is a row the paper does not have). Each row has the paper's number and
+    a verdict beside it, and the power of this design (`ascp.stats.detectable_effect`)."""
+    from ascp.stats import detectable_effect
+
+    tables = []
+    for comparison in held_out_comparisons(conditions(frame)):
+        number, ref, baselines = comparison.number, comparison.reference, comparison.baselines
+        steered = number == "10"
         ests = {m: [estimate_difference(paired(frame, ref, b, m), rng, n_boot) for b, _ in baselines]
                 for m in ("pr", "ecr_thresholded", "groundedness")}
         # BH within families: the paper's rows (its family: the PR@T contrasts of its table), and the
         # rows the paper does not have, adjusted apart so they neither dilute nor borrow its correction
-        number = "10" if steered else "11"
         theirs = [label in PAPER_COMPARISONS[number] for _, label in baselines]
         ps = [e.p if e else math.nan for e in ests["pr"]]
         q = [math.nan] * len(baselines)
@@ -353,8 +391,8 @@ def comparison_tables(frame, rng: np.random.Generator, n_boot: int) -> list[Tabl
                          **_est_dict("delta_pr", pr), **_est_dict("delta_ecr", ecr), **_est_dict("delta_ground", gr)})
         what = "with steered decoding" if steered else "scheduler only (ordinary decoding on both sides)"
         tables.append(Table(
-            f"table{number}_ascp_k{rrow['k']}_T{rrow['T']}",
-            f"Table {number}: Ascp vs baselines at k={rrow['k']}, T={rrow['T']} ({what})",
+            comparison.key,
+            f"Table {number}: Ascp vs baselines at {comparison.where} ({what})",
             f"Reference: {ref}. Differences Ascp minus baseline, paired within task, model, seed and query; "
             "bootstrap by query (crossed seeds x queries, equal task weights, when the run has several). "
             f"BH q over the paper's PR@T contrasts present here ({sum(theirs)} of the "
@@ -374,8 +412,8 @@ def comparison_tables(frame, rng: np.random.Generator, n_boot: int) -> list[Tabl
         # their own generators, so adding these tables leaves every other interval of the report as it was
         task_rng = rng.spawn(1)[0]
         if n_tasks > 1:
-            tables.append(_by_task_table(frame, ref, rrow, baselines, number, task_rng, n_boot))
-        rules = _answer_rule_table(frame, ref, rrow, baselines, number, task_rng.spawn(1)[0], n_boot)
+            tables.append(_by_task_table(frame, comparison, task_rng, n_boot))
+        rules = _answer_rule_table(frame, comparison, task_rng.spawn(1)[0], n_boot)
         if rules is not None:
             tables.append(rules)
     return tables
@@ -389,14 +427,15 @@ ANSWER_READINGS = (  # (label, metric, restricted to questions whose gold answer
 )
 
 
-def _answer_rule_table(frame, ref: str, rrow, baselines: list[tuple[str, str]], number: str,
-                       rng: np.random.Generator, n_boot: int) -> Table | None:
+def _answer_rule_table(frame, comparison: HeldOutComparison, rng: np.random.Generator,
+                       n_boot: int) -> Table | None:
     """Table 10/11's ΔPR@T under other answer rules, pooled and per task: without the questions whose gold
     answer is yes or no (any portfolio that says both words gets full recall on them), with no credit for
     a yes/no question whose portfolio says both, and under ALCE's substring STR-EM. None when the data
     files were not readable (the readings need the gold answers)."""
     if "pr_substring" not in frame.columns:
         return None
+    ref, baselines = comparison.reference, comparison.baselines
     # every reading over the same units: those whose data file was read and whose answers have aliases
     frame = frame[frame["pr_substring"].notna()]
     yes_no = frame["yes_no"].eq(True)
@@ -421,8 +460,8 @@ def _answer_rule_table(frame, ref: str, rrow, baselines: list[tuple[str, str]], 
                              "baseline": base, "label": label, "reference": ref, "baseline_pr": base_pr,
                              "ascp_pr": ref_pr, "queries": queries, **_est_dict("delta_pr", est)})
     return Table(
-        f"table{number}_ascp_k{rrow['k']}_T{rrow['T']}_answer_rules",
-        f"Table {number} under other answer rules: Ascp vs baselines at k={rrow['k']}, T={rrow['T']}",
+        f"{comparison.key}_answer_rules",
+        f"Table {comparison.number} under other answer rules: Ascp vs baselines at {comparison.where}",
         f"Reference: {ref}. The same portfolios scored three more ways beside the paper's rule (an alias "
         "counts when it is a contiguous run of normalised tokens of a response): without the questions whose "
         "gold answer is yes or no (a portfolio that says both words anywhere gets full recall on them); with "
@@ -436,12 +475,12 @@ def _answer_rule_table(frame, ref: str, rrow, baselines: list[tuple[str, str]], 
         ["scope", "reading", "baseline", "baseline PR", "Ascp PR", "ΔPR", "95% CI", "p", "n"], rows, data)
 
 
-def _by_task_table(frame, ref: str, rrow, baselines: list[tuple[str, str]], number: str,
-                   rng: np.random.Generator, n_boot: int) -> Table:
+def _by_task_table(frame, comparison: HeldOutComparison, rng: np.random.Generator, n_boot: int) -> Table:
     """Table 10/11's ΔPR@T of each task on its own: the pooled row gives every task equal weight whatever
     its number of queries, so a task run on few queries moves it as much as one run on all of them."""
     from ascp.stats import detectable_effect
 
+    ref, baselines = comparison.reference, comparison.baselines
     rows, data = [], []
     for task in sorted(frame["task"].unique()):
         part = frame[frame["task"] == task]
@@ -458,8 +497,8 @@ def _by_task_table(frame, ref: str, rrow, baselines: list[tuple[str, str]], numb
                          "ascp_pr": ref_pr, "mde80": mde, "queries": queries,
                          **_est_dict("delta_pr", pr)})
     return Table(
-        f"table{number}_ascp_k{rrow['k']}_T{rrow['T']}_by_task",
-        f"Table {number} by task: Ascp vs baselines at k={rrow['k']}, T={rrow['T']}, each task on its own",
+        f"{comparison.key}_by_task",
+        f"Table {comparison.number} by task: Ascp vs baselines at {comparison.where}, each task on its own",
         f"Reference: {ref}. The pooled table's PR@T contrasts within each task: paired within model, seed and "
         "query, bootstrap by query (crossed seeds x queries when the task has several seeds). p is unadjusted "
         "(markers use it): these rows describe where the pooled effect comes from, the pooled table's BH q "
