@@ -310,7 +310,8 @@ def held_out_comparisons(conds) -> list[HeldOutComparison]:
     (Table 10; the decoder's partial variants are Table 12's). Its baselines: every non-Ascp policy at the
     same k, T, estimator and instruction with ordinary decoding, another Ascp scheduler that is no ablation
     of Table 15 (e.g. ascp-exposure), and for Table 10 Ascp without steering. References of one table at
-    the same k, T (another estimator, instruction or decoder setting) get those fields in key and title."""
+    the same k, T (another estimator, instruction or decoder setting) get those fields in key and title
+    (a plain `ascp` has no scheduler options, so its condition fields tell it apart)."""
     refs = [(n, r) for n, r in conds.iterrows() if _is_plain_ascp(r) and _decoder_role(r) in ("off", "full")]
     found = []
     for ref, rrow in sorted(refs, key=lambda x: (x[1]["k"], x[1]["T"], math.isfinite(x[1]["steer"]))):
