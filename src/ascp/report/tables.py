@@ -300,7 +300,6 @@ class HeldOutComparison:
     where: str  # "k=5, T=5", plus the fields that tell it from another reference of its table at that k, T
     tag: str  # the same, short: "k5T5"
     reference: str
-    row: Any  # the reference's row of `frame.conditions`
     baselines: list[tuple[str, str]]  # (condition, label)
 
 
@@ -337,7 +336,7 @@ def held_out_comparisons(conds) -> list[HeldOutComparison]:
         out.append(HeldOutComparison(
             number, f"table{number}_ascp_k{k}_T{t}" + "".join(f"_{f}{rrow[f]}" for f in differing),
             ", ".join([f"k={k}", f"T={t}", *(f"{f}={rrow[f]}" for f in differing)]),
-            " ".join([f"k{k}T{t}", *(f"{f}={rrow[f]}" for f in differing)]), ref, rrow, baselines))
+            " ".join([f"k{k}T{t}", *(f"{f}={rrow[f]}" for f in differing)]), ref, baselines))
     return out
 
 
