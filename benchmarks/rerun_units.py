@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import shutil
@@ -33,33 +32,24 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from recompute_results import _same as same_number  # noqa: E402  (one rule for "the same number")
+
+from ascp.errors import AscpError  # noqa: E402
+from ascp.experiments.spec import parse_positions  # noqa: E402
+
 DECIDED = ("pr", "best_single", "ecr", "ecr_thresholded", "offered", "used", "used_thresholded", "ceiling",
            "groundedness", "distinct_1", "distinct_2", "distinct_3", "self_bleu")
-"""Metrics of the texts and of the used decisions: equal when the rerun re-derives the unit."""
+"""Metrics of the texts and of the used decisions: equal (recompute_results' rule, 1e-9 relative) when the
+rerun re-derives the unit."""
 CONTINUOUS = ("concentration", "semantic_diversity")
 """Metrics of the probe's float scores and of embeddings: equal up to float rounding."""
 
 
-def positions(text: str) -> list[int]:
-    """'90-94' or '3,7,9' -> 0-based positions in the task's case list of plan.json."""
-    out: list[int] = []
-    for part in text.split(","):
-        low, _, high = part.strip().partition("-")
-        out += range(int(low), int(high or low) + 1)
-    return out
-
-
 def chosen(record: dict[str, Any], task: str, seed: int, cases: set[str], policies: set[str]) -> bool:
     return (record["task"] == task and record["seed"] == seed and record["case_id"] in cases
-            and record["condition"].split("(")[0] in policies)
-
-
-def same_number(a: Any, b: Any) -> bool:
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-        return True
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-12)
-    return bool(a == b)
+            and record["policy"] in policies)
 
 
 def compare(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -69,7 +59,7 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     for a, b in pairs:
         for pid in set(a["scores"]) | set(b["scores"]):
             score_diff = max(score_diff, abs(a["scores"].get(pid, 0.0) - b["scores"].get(pid, 0.0)))
-    return {"case": old["case_id"], "condition": old["condition"].split("(")[0], "rounds": len(pairs),
+    return {"case": old["case_id"], "condition": old["policy"], "rounds": len(pairs),
             "contexts_equal": sum(a["context"] == b["context"] for a, b in pairs),
             "responses_equal": sum(a["response"] == b["response"] for a, b in pairs),
             "metrics_differing": [m for m in DECIDED if m in old and not same_number(old[m], new.get(m))],
@@ -88,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("store", type=Path, help="an experiment store (plan.json, spec.yaml, units.jsonl)")
     parser.add_argument("--task", required=True)
     parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--cases", required=True, help="0-based positions in the task's plan cases: 90-94 or 1,4")
+    parser.add_argument("--cases", required=True, help="0-based positions in the task's plan cases: FIRST-LAST or one")
     parser.add_argument("--conditions", required=True, help="policies, comma-separated: ascp,vanilla")
     parser.add_argument("--data-root", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None, help="markdown file for the table (default: none)")
@@ -105,11 +95,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--task {args.task!r} is not in {store}/plan.json; its tasks: {', '.join(tasks)}.", file=sys.stderr)
         return 2
     try:
-        cases = {tasks[args.task][i] for i in positions(args.cases)}
-    except (ValueError, IndexError):
-        print(f"--cases {args.cases!r}: give 0-based positions below {len(tasks[args.task])}, e.g. 90-94.",
-              file=sys.stderr)
+        first, last = parse_positions("--cases", args.cases)
+    except AscpError:
+        print(f"--cases {args.cases!r}: give FIRST-LAST, 0-based positions in the task's plan cases with "
+              "FIRST <= LAST (e.g. 90-94), or one position.", file=sys.stderr)
         return 2
+    if last >= len(tasks[args.task]):
+        print(f"--cases {args.cases!r}: task {args.task} has {len(tasks[args.task])} cases; give positions below "
+              "that, e.g. 90-94.", file=sys.stderr)
+        return 2
+    cases = set(tasks[args.task][first:last + 1])
     policies = {p.strip() for p in args.conditions.split(",") if p.strip()}
     lines = (store / "units.jsonl").read_text(encoding="utf-8").splitlines()
     committed = {(r["case_id"], r["condition"]): r for r in map(json.loads, lines)

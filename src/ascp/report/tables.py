@@ -296,11 +296,26 @@ class HeldOutComparison:
     """One reference of Table 10 (a full steered decoder) or 11 (ordinary decoding) and its baselines."""
 
     number: str  # "10" or "11"
-    key: str  # the table's file stem, e.g. table11_ascp_k5_T5
-    where: str  # "k=5, T=5", plus the fields that tell it from another reference of its table at that k, T
-    tag: str  # the same, short: "k5T5"
+    k: int
+    T: int
+    distinct: tuple[tuple[str, Any], ...]  # (field, value) telling it from another reference of its table at k, T
     reference: str
     baselines: list[tuple[str, str]]  # (condition, label)
+
+    @property
+    def key(self) -> str:
+        """The table's file stem, e.g. table11_ascp_k5_T5."""
+        return f"table{self.number}_ascp_k{self.k}_T{self.T}" + "".join(f"_{f}{v}" for f, v in self.distinct)
+
+    @property
+    def where(self) -> str:
+        """'k=5, T=5' (and the distinct fields), for titles."""
+        return ", ".join([f"k={self.k}", f"T={self.T}", *(f"{f}={v}" for f, v in self.distinct)])
+
+    @property
+    def tag(self) -> str:
+        """'k5T5' (and the distinct fields), for row labels."""
+        return " ".join([f"k{self.k}T{self.T}", *(f"{f}={v}" for f, v in self.distinct)])
 
 
 def held_out_comparisons(conds) -> list[HeldOutComparison]:
@@ -333,10 +348,7 @@ def held_out_comparisons(conds) -> list[HeldOutComparison]:
         rivals = [r for n, _, r, _ in found if n == number and (r["k"], r["T"]) == (k, t)]
         differing = [f for f in ("estimator", "instruction", "steer", "eta")
                      if len({_key(r, (f,)) for r in rivals}) > 1]
-        out.append(HeldOutComparison(
-            number, f"table{number}_ascp_k{k}_T{t}" + "".join(f"_{f}{rrow[f]}" for f in differing),
-            ", ".join([f"k={k}", f"T={t}", *(f"{f}={rrow[f]}" for f in differing)]),
-            " ".join([f"k{k}T{t}", *(f"{f}={rrow[f]}" for f in differing)]), ref, baselines))
+        out.append(HeldOutComparison(number, k, t, tuple((f, rrow[f]) for f in differing), ref, baselines))
     return out
 
 
